@@ -1,0 +1,266 @@
+"""The `memd` command: parse, call the client (or run the daemon), format. `--json` for machines.
+
+Exit codes: 0 success; 1 the daemon answered with an error; 2 usage error; 3 the daemon is not reachable;
+4 invalid configuration. Only this module prints and picks exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memd import __version__
+from memd.client import Client, DaemonNotRunning, resolve_socket
+from memd.config import Config, config_to_toml, load_config
+from memd.errors import ConfigError, MemdError
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CONFIG = 0, 1, 2, 3, 4
+
+
+def default_config_path(env: dict[str, str]) -> Path | None:
+    """--config, else $MEMD_CONFIG, else $XDG_CONFIG_HOME/memd/config.toml when it exists, else the embedded default."""
+    if env.get("MEMD_CONFIG"):
+        return Path(env["MEMD_CONFIG"])
+    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+    candidate = base / "memd" / "config.toml"
+    return candidate if candidate.exists() else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memd", description="memd: a memory daemon for AI agents")
+    parser.add_argument("--version", action="version", version=f"memd {__version__}")
+    parser.add_argument("--config", help="config file (default: $MEMD_CONFIG, ~/.config/memd/config.toml, embedded)")
+    parser.add_argument("--socket", help="daemon socket (default: $MEMD_SOCKET, then the config's server.socket)")
+    parser.add_argument("--json", action="store_true", help="print the raw JSON result")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("run", help="run the daemon in the foreground (what systemd starts)")
+    sub.add_parser("ping", help="check that the daemon answers")
+    sub.add_parser("status", help="daemon and per-workspace token usage")
+    sub.add_parser("workspaces", help="list workspaces")
+    sub.add_parser("reload", help="re-read the config (returns when done or failed)")
+    sub.add_parser("sockname", help="print the socket path the CLI would use")
+
+    p = sub.add_parser("start-session", help="start or resume a session; prints the resume packet")
+    p.add_argument("workspace")
+    p.add_argument("task", nargs="?")
+    p.add_argument("--session-id")
+    p.add_argument("--topic")
+
+    p = sub.add_parser("progress", help="update the current step, files and pending actions")
+    p.add_argument("workspace")
+    p.add_argument("--step")
+    p.add_argument("--file", action="append", default=[], dest="files")
+    p.add_argument("--add", action="append", default=[], dest="pending_add", help="add a pending action")
+    p.add_argument("--done", action="append", default=[], dest="pending_done", help="mark a pending action done")
+
+    p = sub.add_parser("decide", help="record a decision")
+    p.add_argument("workspace")
+    p.add_argument("action")
+    p.add_argument("--reason", required=True)
+    p.add_argument("--risk")
+
+    p = sub.add_parser("note", help="add a working-context note to the hot tier")
+    p.add_argument("workspace")
+    p.add_argument("text")
+
+    p = sub.add_parser("log", help="append an entry to today's warm log")
+    p.add_argument("workspace")
+    p.add_argument("action")
+    p.add_argument("--detail", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--result")
+
+    p = sub.add_parser("learn", help="add a long-term learning to cold/MEMORY.md")
+    p.add_argument("workspace")
+    p.add_argument("category")
+    p.add_argument("text")
+
+    for name, help_text in (
+        ("context", "print the assembled context"),
+        ("memory", "relevant cold learnings"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("workspace")
+        p.add_argument("--topic")
+
+    p = sub.add_parser("hot", help="print the hot tier")
+    p.add_argument("workspace")
+    p = sub.add_parser("recent", help="recent warm activity")
+    p.add_argument("workspace")
+    p.add_argument("--days", type=int)
+
+    p = sub.add_parser("config", help="check or show the configuration")
+    config_sub = p.add_subparsers(dest="config_command", required=True)
+    c = config_sub.add_parser("check", help="validate a config file")
+    c.add_argument("file", nargs="?")
+    config_sub.add_parser("show", help="print the effective config as TOML")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    env = dict(os.environ)
+    config_path = Path(args.config) if args.config else default_config_path(env)
+    try:
+        if args.command == "config":
+            return _config_command(args, config_path, env)
+        if args.command == "run":
+            from memd.daemon import run_daemon  # the daemon's imports are not needed by client commands
+
+            return asyncio.run(run_daemon(config_path, os.environ))
+        config = load_config(config_path, env)
+        socket_path = resolve_socket(args.socket, env, config)
+        if args.command == "sockname":
+            print(socket_path)
+            return EXIT_OK
+        with Client(socket_path) as client:
+            return _client_command(args, client, config)
+    except ConfigError as exc:
+        print(f"memd: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    except DaemonNotRunning as exc:
+        print(f"memd: {exc.message}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except MemdError as exc:
+        print(f"memd: error {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def _config_command(args: argparse.Namespace, config_path: Path | None, env: dict[str, str]) -> int:
+    path = Path(args.file) if getattr(args, "file", None) else config_path
+    config = load_config(path, env)
+    if args.config_command == "check":
+        print(f"{path or '(embedded default)'}: ok, {len(config.workspaces)} workspace(s)")
+    else:
+        print(config_to_toml(config), end="")
+    return EXIT_OK
+
+
+def _client_command(args: argparse.Namespace, client: Client, config: Config) -> int:
+    cmd = args.command
+    ws = getattr(args, "workspace", None)
+    if cmd == "ping":
+        result = client.call("ping")
+    elif cmd == "status":
+        result = client.call("status")
+    elif cmd == "workspaces":
+        result = client.call("workspace.list")
+    elif cmd == "reload":
+        result = client.call("config.reload")
+    elif cmd == "start-session":
+        result = client.call(
+            "session.start",
+            **_drop_none(workspace=ws, task=args.task, session_id=args.session_id, topic=args.topic),
+        )
+    elif cmd == "progress":
+        result = client.call(
+            "progress.update",
+            **_drop_none(
+                workspace=ws,
+                step=args.step,
+                files=args.files,
+                pending_add=args.pending_add,
+                pending_done=args.pending_done,
+            ),
+        )
+    elif cmd == "decide":
+        result = client.call(
+            "decision.record",
+            **_drop_none(workspace=ws, action=args.action, reason=args.reason, risk=args.risk),
+        )
+    elif cmd == "note":
+        result = client.call("hot.note", workspace=ws, text=args.text)
+    elif cmd == "log":
+        details = dict(_split_detail(d) for d in args.detail)
+        result = client.call(
+            "warm.log",
+            **_drop_none(workspace=ws, action=args.action, details=details or None, result=args.result),
+        )
+    elif cmd == "learn":
+        result = client.call("cold.learn", workspace=ws, category=args.category, learning=args.text)
+    elif cmd == "context":
+        result = client.call("context.get", **_drop_none(workspace=ws, topic=args.topic))
+    elif cmd == "memory":
+        result = client.call("cold.get", **_drop_none(workspace=ws, topic=args.topic))
+    elif cmd == "hot":
+        result = client.call("hot.get", workspace=ws)
+    elif cmd == "recent":
+        result = client.call("warm.recent", **_drop_none(workspace=ws, days=args.days))
+    else:  # argparse only admits the commands above
+        raise AssertionError(cmd)
+    try:
+        print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else _human(cmd, result))
+    except BrokenPipeError:  # `memd ... | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if cmd == "reload" and not result.get("reloaded"):
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _drop_none(**kwargs: Any) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if v is not None and v != []}
+
+
+def _split_detail(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise MemdError(f"--detail {text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _bar(usage: dict[str, Any], width: int = 20) -> str:
+    percent = float(usage.get("percent", 0))
+    filled = min(width, round(width * percent / 100))
+    return f"[{'#' * filled}{'.' * (width - filled)}] {usage['tokens']:>7,}/{usage['budget']:<7,} {percent:5.1f}%"
+
+
+def _human(cmd: str, result: Any) -> str:
+    if cmd == "status":
+        lines = [
+            f"memd {result['version']}  pid {result['pid']}  up {result['uptime_seconds']:.0f}s",
+            f"socket {result['socket']}",
+            f"config {result['config']}  connections {result['connections']}",
+        ]
+        for name, ws in result["workspaces"].items():
+            lines.append(f"\n{name}  {ws['path']}")
+            for tier, usage in ws["usage"].items():
+                lines.append(f"  {tier:<5} {_bar(usage)}")
+            for tier, err in ws.get("file_errors", {}).items():
+                lines.append(f"  ! {tier}: {err}")
+            if ws.get("last_write_error"):
+                lines.append(f"  ! last write error ({ws['last_write_error_at']}): {ws['last_write_error']}")
+        return "\n".join(lines)
+    if cmd == "context":
+        usage = "  ".join(f"{t} {u['tokens']}/{u['budget']}" for t, u in result["usage"].items())
+        return f"{result['text']}\n-- tokens: {usage}"
+    if cmd == "ping":
+        return f"pong (memd {result['version']})"
+    if cmd == "workspaces":
+        return "\n".join(f"{w['name']:<20} {w['path']}" for w in result["workspaces"])
+    if cmd == "start-session":
+        return (
+            result["context"]["text"]
+            + f"\n-- session {result['session_id']} ({'resumed' if result['resumed'] else 'new'})"
+        )
+    if cmd == "hot":
+        return str(result["rendered"])
+    if cmd == "memory":
+        return str(result["text"] or "(no relevant learnings)")
+    if cmd == "reload":
+        return "reloaded" if result.get("reloaded") else "reload rejected:\n  " + "\n  ".join(result.get("errors", []))
+    if isinstance(result, dict) and "usage" in result:
+        usage = "  ".join(f"{t} {u['percent']}%" for t, u in result["usage"].items())
+        return f"ok  ({usage})"
+    return json.dumps(result, indent=2, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""A synchronous client for memd's socket protocol (what the CLI and Python agents use).
+
+    with Client(resolve_socket(None, os.environ)) as memd:
+        memd.call("warm.log", workspace="default", action="ran tests", result="ok")
+
+Errors come back as MemdError subclasses carrying the daemon's stable code. Imports memd.protocol, memd.config
+(to find the socket) and memd.errors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from memd import errors
+from memd.config import Config
+from memd.errors import MemdError
+from memd.protocol import encode_request
+
+_BY_CODE: dict[int, type[MemdError]] = {
+    cls.code: cls
+    for cls in (
+        errors.InvalidParams,
+        errors.MethodNotFound,
+        errors.UnknownWorkspace,
+        errors.AccessDenied,
+        errors.RequestTooLarge,
+        errors.Busy,
+        errors.StorageError,
+        errors.CorruptFile,
+        errors.ShuttingDown,
+        errors.NotFound,
+        errors.Unavailable,
+    )
+}
+
+
+class DaemonNotRunning(MemdError):
+    code = errors.UNAVAILABLE
+
+
+class RemoteError(MemdError):
+    """An error code this client does not know (a newer daemon, or a standard JSON-RPC code)."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None) -> None:
+        super().__init__(message, data=data)
+        self.code = code
+
+
+def resolve_socket(explicit: str | None, env: Mapping[str, str], config: Config) -> Path:
+    """--socket, then $MEMD_SOCKET, then the config's server.socket."""
+    if explicit:
+        return Path(explicit)
+    if env.get("MEMD_SOCKET"):
+        return Path(env["MEMD_SOCKET"])
+    return config.server.socket
+
+
+def error_from(code: int, message: str, data: dict[str, Any] | None) -> MemdError:
+    cls = _BY_CODE.get(code)
+    if cls is None or cls is errors.ConfigError:
+        return RemoteError(code, message, data)
+    return cls(message, data=data)
+
+
+class Client:
+    def __init__(self, path: Path, timeout: float = 30.0) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._buffer = b""
+        self._ids = itertools.count(1)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connect(self) -> socket.socket:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(str(self.path))
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.close()
+                raise DaemonNotRunning(
+                    f"memd is not running: nothing listens on {self.path} ({exc.strerror}). Start it with "
+                    "`memd run` (or `systemctl --user start memd`), or point --socket / MEMD_SOCKET at its socket",
+                    data={"socket": str(self.path)},
+                ) from None
+            except PermissionError:
+                sock.close()
+                raise errors.AccessDenied(f"no permission to connect to {self.path}") from None
+            self._sock = sock
+        return self._sock
+
+    def call(self, method: str, **params: Any) -> Any:
+        """Send one request and return its result (raises MemdError on an error response)."""
+        request_id = next(self._ids)
+        sock = self._connect()
+        sock.sendall(encode_request(method, params, request_id))
+        response = self._read_response()
+        if "error" in response:
+            err = response["error"]
+            raise error_from(int(err.get("code", 0)), str(err.get("message", "")), err.get("data"))
+        return response.get("result")
+
+    def notify(self, method: str, **params: Any) -> None:
+        """Send a notification (no response; nothing tells whether it succeeded)."""
+        self._connect().sendall(encode_request(method, params))
+
+    def _read_response(self) -> dict[str, Any]:
+        assert self._sock is not None
+        while b"\n" not in self._buffer:
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                self.close()
+                raise errors.Unavailable("memd closed the connection before answering (see its log)")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        obj = json.loads(line)
+        if not isinstance(obj, dict):
+            raise errors.Unavailable("memd sent a response that is not a JSON object")
+        return obj

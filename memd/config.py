@@ -1,0 +1,409 @@
+"""Configuration: one TOML file parsed by one function into a frozen dataclass tree.
+
+Only the composition root (daemon, cli) calls `load_config`; everything else receives the pieces it needs.
+Unknown keys are errors naming the full key path; every problem is collected, not just the first. Paths expand
+`~` and `$VARS` from the environment passed in (never read implicitly). Imports only memd.errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import tomli_w
+
+from memd.errors import ConfigError
+
+SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
+WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    state_dir: Path = Path("~/.local/state/memd")
+    log_level: LogLevel = "info"
+    shutdown_timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    socket: Path = Path("memd.sock")
+    socket_mode: int = 0o600
+    socket_group: str = ""
+    allowed_uids: tuple[int, ...] = ()
+    allowed_gids: tuple[int, ...] = ()
+    max_request_bytes: int = 1 << 20
+    max_connections: int = 1024
+    idle_timeout_seconds: float = 300.0
+    request_timeout_seconds: float = 10.0
+    max_pending_writes: int = 10_000
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    encoding: str = "cl100k_base"
+    model_window: int = 200_000
+    hot: int = 10_000
+    warm: int = 20_000
+    cold: int = 10_000
+    checkpoint_threshold: float = 0.8
+    checkpoint_target: float = 0.5
+
+
+@dataclass(frozen=True)
+class WarmConfig:
+    retention_days: int = 7
+    recent_days: int = 3
+    timezone: str = "UTC"
+    sweep_cron: str = "30 3 * * *"
+    mode: Literal["delete", "archive"] = "delete"
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    enabled: bool = True
+    paths: tuple[str, ...] = ("hot", "warm", "cold")
+    settle_seconds: float = 2.0
+    max_wait_seconds: float = 30.0
+    remote: str = ""
+    branch: str = "main"
+    push_interval_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    backend: Literal["extractive", "openai"] = "extractive"
+    base_url: str = ""
+    model: str = "gpt-4o-mini"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: float = 30.0
+    max_retries: int = 2
+    deadline_seconds: float = 120.0
+    redact_secrets: bool = True
+    max_tokens_per_day: int = 200_000
+
+
+@dataclass(frozen=True)
+class DiscoveryConfig:
+    roots: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkspaceConfig:
+    """One workspace: its directory plus its effective budget and warm policy (global, then overrides)."""
+
+    name: str
+    path: Path
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    warm: WarmConfig = field(default_factory=WarmConfig)
+    readers: tuple[int, ...] = ()
+    writers: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    warm: WarmConfig = field(default_factory=WarmConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    workspaces: Mapping[str, WorkspaceConfig] = field(default_factory=dict)
+    source: Path | None = None  # the file this came from; None for the embedded default
+
+    def workspace_for_discovered(self, name: str, path: Path) -> WorkspaceConfig:
+        return WorkspaceConfig(name=name, path=path, budget=self.budget, warm=self.warm)
+
+
+_SECTIONS: dict[str, type] = {
+    "daemon": DaemonConfig,
+    "server": ServerConfig,
+    "budget": BudgetConfig,
+    "warm": WarmConfig,
+    "snapshot": SnapshotConfig,
+    "llm": LlmConfig,
+    "discovery": DiscoveryConfig,
+}
+_WORKSPACE_KEYS = {"path", "budget", "warm", "readers", "writers"}
+
+
+def load_config(path: Path | None, env: Mapping[str, str]) -> Config:
+    """Parse `path` (or the embedded default when None). Raises ConfigError listing every problem."""
+    if path is None:
+        return parse_config({}, env, source=None)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file (copy config.example.toml there, or omit --config)"]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    return parse_config(raw, env, source=path)
+
+
+def parse_config(raw: Mapping[str, Any], env: Mapping[str, str], source: Path | None = None) -> Config:
+    errors: list[str] = []
+    sections: dict[str, Any] = {}
+    for key in raw:
+        if key not in _SECTIONS and key != "workspaces":
+            errors.append(f"{key}: unknown section (known: {', '.join([*_SECTIONS, 'workspaces'])})")
+    defaults = _environment_defaults(env)
+    for name, cls in _SECTIONS.items():
+        merged = {**defaults.get(name, {}), **_as_table(raw.get(name, {}), name, errors)}
+        sections[name] = _build(cls, merged, name, env, errors)
+    workspaces = _parse_workspaces(raw, env, sections, errors, embedded=source is None and not raw)
+    if errors:
+        raise ConfigError(errors)
+    config = Config(**sections, workspaces=workspaces, source=source)
+    _validate(config, errors)
+    if errors:
+        raise ConfigError(errors)
+    return config
+
+
+def config_to_toml(config: Config) -> str:
+    """The effective configuration as TOML (what `memd config show` prints)."""
+    out: dict[str, Any] = {}
+    for name in _SECTIONS:
+        out[name] = _to_plain(getattr(config, name))
+    out["workspaces"] = {}
+    for name, ws in config.workspaces.items():
+        entry: dict[str, Any] = {"path": str(ws.path)}
+        for sub, base in (("budget", config.budget), ("warm", config.warm)):
+            overrides = {
+                f.name: _to_plain(getattr(getattr(ws, sub), f.name))
+                for f in fields(base)
+                if getattr(getattr(ws, sub), f.name) != getattr(base, f.name)
+            }
+            if overrides:
+                entry[sub] = overrides
+        if ws.readers:
+            entry["readers"] = list(ws.readers)
+        if ws.writers:
+            entry["writers"] = list(ws.writers)
+        out["workspaces"][name] = entry
+    return tomli_w.dumps(out)
+
+
+# --- parsing machinery -------------------------------------------------------------------------------------
+
+
+def _environment_defaults(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Defaults that depend on where memd runs: systemd's directories, XDG, or the home directory."""
+    state = env.get("STATE_DIRECTORY") or (
+        str(Path(env["XDG_STATE_HOME"]) / "memd") if env.get("XDG_STATE_HOME") else "~/.local/state/memd"
+    )
+    runtime = env.get("RUNTIME_DIRECTORY") or (
+        str(Path(env["XDG_RUNTIME_DIR"]) / "memd") if env.get("XDG_RUNTIME_DIR") else state
+    )
+    return {"daemon": {"state_dir": state}, "server": {"socket": str(Path(runtime) / "memd.sock")}}
+
+
+def _default_workspace_path(env: Mapping[str, str]) -> str:
+    data = env.get("XDG_DATA_HOME") or "~/.local/share"
+    return str(Path(data) / "memd" / "workspaces" / "default")
+
+
+def _parse_workspaces(
+    raw: Mapping[str, Any],
+    env: Mapping[str, str],
+    sections: dict[str, Any],
+    errors: list[str],
+    embedded: bool,
+) -> dict[str, WorkspaceConfig]:
+    table = _as_table(raw.get("workspaces", {}), "workspaces", errors)
+    if embedded:
+        table = {"default": {"path": _default_workspace_path(env)}}
+    result: dict[str, WorkspaceConfig] = {}
+    for name, body in table.items():
+        where = f"workspaces.{name}"
+        if not WORKSPACE_NAME.match(name):
+            errors.append(f"{where}: invalid name (letters, digits, '.', '_', '-'; at most 64; no leading dot)")
+            continue
+        body = _as_table(body, where, errors)
+        for key in body:
+            if key not in _WORKSPACE_KEYS:
+                errors.append(f"{where}.{key}: unknown key (known: {', '.join(sorted(_WORKSPACE_KEYS))})")
+        if "path" not in body:
+            errors.append(f"{where}.path: missing (the workspace directory)")
+            continue
+        path = _convert(Path, body["path"], f"{where}.path", env, errors)
+        budget_raw = {**_to_plain(sections["budget"]), **_as_table(body.get("budget", {}), where, errors)}
+        warm_raw = {**_to_plain(sections["warm"]), **_as_table(body.get("warm", {}), where, errors)}
+        result[name] = WorkspaceConfig(
+            name=name,
+            path=path,
+            budget=_build(BudgetConfig, budget_raw, f"{where}.budget", env, errors),
+            warm=_build(WarmConfig, warm_raw, f"{where}.warm", env, errors),
+            readers=_convert(tuple[int, ...], body.get("readers", []), f"{where}.readers", env, errors),
+            writers=_convert(tuple[int, ...], body.get("writers", []), f"{where}.writers", env, errors),
+        )
+    return result
+
+
+def _as_table(value: Any, where: str, errors: list[str]) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    errors.append(f"{where}: expected a table")
+    return {}
+
+
+def _build(cls: type, raw: Mapping[str, Any], where: str, env: Mapping[str, str], errors: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            errors.append(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in raw:
+            values[f.name] = _convert(hints[f.name], raw[f.name], f"{where}.{f.name}", env, errors)
+    return cls(**values)
+
+
+def _convert(tp: Any, value: Any, where: str, env: Mapping[str, str], errors: list[str]) -> Any:
+    origin = get_origin(tp)
+    if origin is Literal:
+        choices = get_args(tp)
+        if value not in choices:
+            errors.append(f"{where}: {value!r} is not one of {', '.join(repr(c) for c in choices)}")
+        return value
+    if origin is tuple:
+        item_type = get_args(tp)[0]
+        if not isinstance(value, list):
+            errors.append(f"{where}: expected a list")
+            return ()
+        return tuple(_convert(item_type, item, f"{where}[{i}]", env, errors) for i, item in enumerate(value))
+    if origin in (types.UnionType, typing.Union):
+        inner = next(a for a in get_args(tp) if a is not type(None))
+        return _convert(inner, value, where, env, errors)
+    if tp is Path:
+        if not isinstance(value, str) or not value:
+            errors.append(f"{where}: expected a non-empty path string")
+            return Path(".")
+        return _expand_path(value, where, env, errors)
+    if tp is bool:
+        if not isinstance(value, bool):
+            errors.append(f"{where}: expected true or false")
+        return value
+    if tp is int:
+        if where.endswith("socket_mode") and isinstance(value, str):
+            try:
+                return int(value, 8)
+            except ValueError:
+                errors.append(f'{where}: expected an octal mode such as "0600"')
+                return 0o600
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append(f"{where}: expected an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            errors.append(f"{where}: expected a number")
+            return value
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            errors.append(f"{where}: expected a string")
+        return value
+    raise TypeError(f"config type {tp!r} at {where} has no converter")  # a bug in this module, not user input
+
+
+def _expand_path(value: str, where: str, env: Mapping[str, str], errors: list[str]) -> Path:
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in env:
+            errors.append(f"{where}: ${name} is not set in the environment")
+            return match.group(0)
+        return env[name]
+
+    expanded = re.sub(r"\$\{(\w+)\}|\$(\w+)", substitute, value)
+    if expanded.startswith("~"):
+        home = env.get("HOME") or os.path.expanduser("~")
+        expanded = home + expanded[1:] if expanded in ("~",) or expanded.startswith("~/") else expanded
+    return Path(expanded)
+
+
+def _to_plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def _validate(config: Config, errors: list[str]) -> None:
+    s = config.server
+    if not 0 <= s.socket_mode <= 0o777:
+        errors.append("server.socket_mode: must be a permission mode between 0000 and 0777")
+    if len(os.fsencode(str(s.socket))) > SUN_PATH_MAX:
+        errors.append(
+            f"server.socket: path is {len(os.fsencode(str(s.socket)))} bytes, over the {SUN_PATH_MAX}-byte "
+            "limit of a Unix socket address; choose a shorter path"
+        )
+    _positive(errors, "server.max_request_bytes", s.max_request_bytes, minimum=1024)
+    _positive(errors, "server.max_connections", s.max_connections)
+    _positive(errors, "server.idle_timeout_seconds", s.idle_timeout_seconds)
+    _positive(errors, "server.request_timeout_seconds", s.request_timeout_seconds)
+    _positive(errors, "server.max_pending_writes", s.max_pending_writes)
+    _positive(errors, "daemon.shutdown_timeout_seconds", config.daemon.shutdown_timeout_seconds)
+    _validate_budget(config.budget, "budget", errors)
+    _validate_warm(config.warm, "warm", errors)
+    for name, ws in config.workspaces.items():
+        _validate_budget(ws.budget, f"workspaces.{name}.budget", errors)
+        _validate_warm(ws.warm, f"workspaces.{name}.warm", errors)
+    snap = config.snapshot
+    _positive(errors, "snapshot.settle_seconds", snap.settle_seconds)
+    if snap.max_wait_seconds < snap.settle_seconds:
+        errors.append("snapshot.max_wait_seconds: must be at least snapshot.settle_seconds")
+    for i, p in enumerate(snap.paths):
+        if p not in ("hot", "warm", "cold"):
+            errors.append(f"snapshot.paths[{i}]: {p!r} is not one of 'hot', 'warm', 'cold'")
+    llm = config.llm
+    _positive(errors, "llm.timeout_seconds", llm.timeout_seconds)
+    _positive(errors, "llm.deadline_seconds", llm.deadline_seconds)
+    if llm.max_retries < 0:
+        errors.append("llm.max_retries: must be 0 or more")
+    if llm.backend == "openai" and not llm.base_url and not llm.model:
+        errors.append("llm.model: required when llm.backend = 'openai'")
+
+
+def _validate_budget(b: BudgetConfig, where: str, errors: list[str]) -> None:
+    for key in ("model_window", "hot", "warm", "cold"):
+        _positive(errors, f"{where}.{key}", getattr(b, key))
+    if b.hot + b.warm + b.cold > b.model_window:
+        errors.append(f"{where}: hot + warm + cold ({b.hot + b.warm + b.cold}) exceed model_window ({b.model_window})")
+    if not 0 < b.checkpoint_threshold <= 1:
+        errors.append(f"{where}.checkpoint_threshold: must be in (0, 1]")
+    if not 0 < b.checkpoint_target < b.checkpoint_threshold:
+        errors.append(f"{where}.checkpoint_target: must be above 0 and below checkpoint_threshold")
+
+
+def _validate_warm(w: WarmConfig, where: str, errors: list[str]) -> None:
+    _positive(errors, f"{where}.retention_days", w.retention_days)
+    _positive(errors, f"{where}.recent_days", w.recent_days)
+    try:
+        ZoneInfo(w.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        errors.append(f"{where}.timezone: unknown time zone {w.timezone!r} (use an IANA name such as 'Europe/Paris')")
+    if len(w.sweep_cron.split()) != 5:
+        errors.append(f"{where}.sweep_cron: expected 5 crontab fields (minute hour day month weekday)")
+
+
+def _positive(errors: list[str], where: str, value: float, minimum: float = 0) -> None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value <= minimum and minimum == 0:
+        errors.append(f"{where}: must be greater than 0")
+    elif isinstance(value, int | float) and minimum and value < minimum:
+        errors.append(f"{where}: must be at least {minimum}")

@@ -1,0 +1,126 @@
+"""The context payload: what an agent loads at the start of a task, each tier trimmed to its token budget.
+
+Hot is rendered whole when it fits; over budget, the oldest notes go first, then the oldest decisions, then the
+summary is cut (the pinned header — task, step, files, pending — always stays). Warm is the recent days, newest
+entry first, until its budget is spent. Cold is the learnings relevant to the topic, best match first.
+Budgets are in tokens, never characters. Imports memd.workspace, the tier formats and memd.tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from memd.tiers import cold_format, hot_format, warm_format
+from memd.tiers.cold_format import Learning
+from memd.tiers.hot_format import HotDoc
+from memd.tiers.warm_format import WarmEntry
+from memd.tokens import TierUsage, TokenCounter
+from memd.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class Section:
+    text: str
+    usage: TierUsage
+    items: int  # entries or learnings included
+    omitted: int  # entries or learnings left out to stay within budget
+
+
+def render_hot(doc: HotDoc, counter: TokenCounter, budget: int) -> Section:
+    header = hot_format.render_header(doc)
+    decisions = list(doc.get("decisions") or [])
+    notes = list(doc.get("notes") or [])
+    summary = hot_format.render_summary(str(doc.get("summary") or ""))
+    fixed = counter.count_lines(header)
+    note_lines = [hot_format.render_note(n) for n in notes]
+    decision_lines = [hot_format.render_decision(d) for d in decisions]
+    note_costs = [counter.count_piece(line) for line in note_lines]
+    decision_costs = [counter.count_piece(line) for line in decision_lines]
+    summary_cost = counter.count_lines(summary)
+    heading_cost = counter.count_piece("## Decisions\n") + counter.count_piece("## Notes\n")
+    total = fixed + sum(note_costs) + sum(decision_costs) + summary_cost + heading_cost
+    first_note = first_decision = 0
+    while total > budget and first_note < len(notes):  # oldest notes leave first
+        total -= note_costs[first_note]
+        first_note += 1
+    while total > budget and first_decision < len(decisions):
+        total -= decision_costs[first_decision]
+        first_decision += 1
+    lines = list(header)
+    if decision_lines[first_decision:]:
+        lines += ["## Decisions\n", *decision_lines[first_decision:]]
+    summary_text = "".join(summary)
+    if total > budget and summary_text:
+        summary_text = counter.truncate(summary_text, max(0, summary_cost - (total - budget)))
+    lines.append(summary_text)
+    if note_lines[first_note:]:
+        lines += ["## Notes\n", *note_lines[first_note:]]
+    text = "".join(lines)
+    tokens = counter.count(text)
+    if tokens > budget:  # the pinned header alone is over budget: cut it rather than overflow the window
+        text = counter.truncate(text, budget)
+        tokens = counter.count(text)
+    return Section(text, TierUsage(tokens, budget), len(notes) - first_note, first_note + first_decision)
+
+
+def render_warm(days: list[tuple[date, list[WarmEntry]]], counter: TokenCounter, budget: int) -> Section:
+    parts: list[str] = []
+    used = included = total = 0
+    for day, entries in days:
+        heading = f"## Activity {day.isoformat()}\n"
+        heading_cost = counter.count_piece(heading)
+        day_parts: list[str] = []
+        for entry in reversed(entries):
+            total += 1
+            piece = warm_format.render_entry(entry)
+            cost = counter.count(piece)
+            extra = heading_cost if not day_parts else 0
+            if used + cost + extra > budget:
+                continue
+            used += cost + extra
+            day_parts.append(piece)
+            included += 1
+        if day_parts:
+            parts += [heading, *day_parts]
+    text = "".join(parts)
+    return Section(text, TierUsage(counter.count(text), budget), included, total - included)
+
+
+def render_cold(learnings: list[Learning], counter: TokenCounter, budget: int) -> Section:
+    heading = "# Relevant Learnings\n"
+    used = counter.count_piece(heading)
+    lines: list[str] = []
+    for learning in learnings:
+        prefix = f"[{learning.category}] " if learning.category else ""
+        line = cold_format.render_learning(learning.date, prefix + learning.text)
+        cost = counter.count_piece(line)
+        if used + cost > budget:
+            continue
+        used += cost
+        lines.append(line)
+    text = heading + "".join(lines) if lines else ""
+    return Section(text, TierUsage(counter.count(text), budget), len(lines), len(learnings) - len(lines))
+
+
+def recent_warm(ws: Workspace, days: int) -> list[tuple[date, list[WarmEntry]]]:
+    return [(d, ws.warm.entries_for(d)) for d in ws.warm.recent_days(ws.today(), days)]
+
+
+def build_context(ws: Workspace, topic: str | None) -> dict[str, Any]:
+    """The assembled context text and its usage breakdown `{tier: {tokens, budget, percent}}`."""
+    budget = ws.config.budget
+    sections = {
+        "hot": render_hot(ws.hot.doc, ws.counter, budget.hot),
+        "warm": render_warm(recent_warm(ws, ws.config.warm.recent_days), ws.counter, budget.warm),
+        "cold": render_cold(cold_format.relevant(ws.cold.learnings, topic), ws.counter, budget.cold),
+    }
+    text = "\n".join(s.text.rstrip("\n") + "\n" for s in sections.values() if s.text)
+    return {
+        "text": text,
+        "usage": {tier: s.usage.as_dict() for tier, s in sections.items()},
+        "included": {tier: s.items for tier, s in sections.items()},
+        "omitted": {tier: s.omitted for tier, s in sections.items()},
+        "model_window": budget.model_window,
+    }

@@ -1,0 +1,341 @@
+"""The composition root and lifecycle of `memd run`.
+
+Builds token counters, workspaces and the socket server from the config and hands them down; nothing below
+reads config files or the environment. Phases: start (lock, recover workspaces, listen, READY=1), run (signals
+only enqueue; the loop handles them), stop (stop accepting, drain writes, STOPPING=1, remove the socket).
+Reload is parse-then-swap: an invalid config is logged and the old one kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import grp
+import logging
+import os
+import signal
+import socket
+import stat
+import time
+from collections.abc import Mapping, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memd import __version__, notify
+from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
+from memd.errors import ConfigError, MemdError
+from memd.handlers import Call, Peer, Services, dispatch
+from memd.protocol import Request
+from memd.server import Limits, Server
+from memd.tokens import TokenCounter
+from memd.workspace import Workspace
+
+log = logging.getLogger("memd")
+
+
+class StartupError(MemdError):
+    """memd cannot start; the message says what to fix."""
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class Daemon(Services):
+    def __init__(self, config: Config, config_path: Path | None, env: MutableMapping[str, str]) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.env = env
+        self.own_uid = os.getuid()
+        self.clock = SystemClock()
+        self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-io")
+        self._counters: dict[str, TokenCounter] = {}
+        self._workspaces: dict[str, Workspace] = {}
+        self._signals: asyncio.Queue[int] = asyncio.Queue()
+        self._stop = asyncio.Event()
+        self._lock_fd: int | None = None
+        self._socket_path: Path | None = None
+        self._activated = False
+        self.server: Server | None = None
+        self.notifier = notify.Notifier.from_env(env)
+        self.started = time.time()
+        self.last_reload: dict[str, Any] = {}
+
+    # --- Services --------------------------------------------------------------------------------------------
+
+    def workspaces(self) -> Mapping[str, Workspace]:
+        return self._workspaces
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime_seconds": round(time.time() - self.started, 1),
+            "socket": str(self._socket_path or self.config.server.socket),
+            "config": str(self.config_path) if self.config_path else "(embedded default)",
+            "connections": len(self.server.connections) if self.server else 0,
+            "server": dict(self.server.stats) if self.server else {},
+            "last_reload": self.last_reload,
+            "workspaces": {name: self._workspace_status(ws) for name, ws in sorted(self._workspaces.items())},
+        }
+
+    @staticmethod
+    def _workspace_status(ws: Workspace) -> dict[str, Any]:
+        errors = {tier: s.error.message for tier, s in (("hot", ws.hot), ("cold", ws.cold)) if s.error is not None}
+        return {
+            "path": str(ws.root),
+            "usage": ws.usage_dict(),
+            "pending_writes": ws.pending,
+            "writes": ws.health.writes,
+            "batches": ws.health.batches,
+            "last_write_error": ws.health.last_write_error or None,
+            "last_write_error_at": ws.health.last_write_error_at or None,
+            "file_errors": errors,
+        }
+
+    async def reload(self) -> dict[str, Any]:
+        self._notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+        try:
+            new = load_config(self.config_path, self.env)
+            await self._apply(new)
+        except ConfigError as exc:
+            for line in exc.errors:
+                log.error("reload rejected, keeping the running config: %s", line)
+            result = {"reloaded": False, "errors": exc.errors}
+        except MemdError as exc:
+            log.error("reload failed, keeping the running config: %s", exc.message)
+            result = {"reloaded": False, "errors": [exc.message]}
+        else:
+            log.info("configuration reloaded (%d workspaces)", len(self._workspaces))
+            result = {"reloaded": True, "errors": [], "workspaces": sorted(self._workspaces)}
+        self.last_reload = {"at": datetime.now(UTC).isoformat(timespec="seconds"), **result}
+        self._notify("READY=1", self._status_line())
+        return result
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, self._signals.put_nowait, sig)
+        interval = notify.watchdog_interval(self.env, os.getpid())
+        watchdog = asyncio.create_task(self._watchdog(interval)) if interval else None
+        try:
+            while not self._stop.is_set():
+                signum = await self._signals.get()
+                if signum == signal.SIGHUP:
+                    await self.reload()
+                else:
+                    log.info("received %s, stopping", signal.Signals(signum).name)
+                    self._stop.set()
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            await self.stop()
+        return 0
+
+    async def start(self) -> None:
+        self._take_lock()
+        for ws_config in self.config.workspaces.values():
+            self._add_workspace(ws_config)
+        sock = self._listening_socket(self.config.server)
+        self.server = Server(self._dispatch, self._authorize, _limits(self.config.server))
+        await self.server.start(sock)
+        log.info("memd %s listening on %s (%d workspaces)", __version__, self._socket_path, len(self._workspaces))
+        self._notify("READY=1", self._status_line())
+
+    async def stop(self) -> None:
+        self._notify("STOPPING=1", "STATUS=stopping: draining writes")
+        timeout = self.config.daemon.shutdown_timeout_seconds
+        if self.server is not None:
+            self.server.stop_accepting()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(ws.close() for ws in self._workspaces.values())), timeout)
+        if self.server is not None:
+            await self.server.drain(timeout=1.0)
+        self._remove_socket()
+        self.io.shutdown(wait=True)
+        if self.notifier is not None:
+            self.notifier.close()
+        log.info("memd stopped")
+
+    def request_stop(self) -> None:
+        self._signals.put_nowait(signal.SIGTERM)
+
+    # --- pieces ----------------------------------------------------------------------------------------------
+
+    async def _dispatch(self, peer: Peer, request: Request) -> Any:
+        return await dispatch(Call(self, peer), request.method, request.params)
+
+    def _authorize(self, peer: Peer) -> bool:
+        s = self.config.server
+        return peer.uid in (0, self.own_uid) or peer.uid in s.allowed_uids or peer.gid in s.allowed_gids
+
+    def _counter(self, encoding: str) -> TokenCounter:
+        if encoding not in self._counters:
+            self._counters[encoding] = TokenCounter.for_encoding(encoding)
+        return self._counters[encoding]
+
+    def _add_workspace(self, ws_config: WorkspaceConfig) -> Workspace:
+        ws = Workspace(
+            ws_config,
+            self._counter(ws_config.budget.encoding),
+            self.clock,
+            self.io,
+            max_pending=self.config.server.max_pending_writes,
+        )
+        try:
+            removed = ws.open()
+        except OSError as exc:
+            raise StartupError(
+                f"cannot open workspace {ws_config.name!r} at {ws_config.path}: {exc.strerror or exc}; "
+                "fix the directory or its permissions, or remove it from the config"
+            ) from exc
+        for path in removed:
+            log.info("workspace %s: removed stale temp file %s", ws_config.name, path)
+        self._workspaces[ws_config.name] = ws
+        return ws
+
+    async def _apply(self, new: Config) -> None:
+        for ws_config in new.workspaces.values():  # fail before changing anything (e.g. a bad encoding)
+            self._counter(ws_config.budget.encoding)
+        for name in list(self._workspaces):
+            current = self._workspaces[name]
+            wanted = new.workspaces.get(name)
+            if wanted is None or wanted.path != current.root or wanted.budget.encoding != current.counter.name:
+                await current.close()
+                del self._workspaces[name]
+        for name, ws_config in new.workspaces.items():
+            if name in self._workspaces:
+                self._workspaces[name].reconfigure(ws_config)
+            else:
+                self._add_workspace(ws_config)
+        old_server = self.config.server
+        self.config = new
+        assert self.server is not None
+        self.server.limits = _limits(new.server)
+        if new.server.socket != old_server.socket and not self._activated:
+            sock = self._listening_socket(new.server, previous=self._socket_path)
+            old = self.server
+            self.server = Server(self._dispatch, self._authorize, _limits(new.server))
+            await self.server.start(sock)
+            old.stop_accepting()
+
+    def _take_lock(self) -> None:
+        state = self.config.daemon.state_dir
+        _ensure_private_dir(state, group=False)
+        path = state / "memd.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StartupError(
+                f"another memd (pid {holder}) is already running on state dir {state}; stop it first"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd  # held (never closed, never deleted) for the daemon's whole life
+
+    def _listening_socket(self, server: ServerConfig, previous: Path | None = None) -> socket.socket:
+        fds = notify.listen_fds(self.env, os.getpid())
+        if fds:
+            self._activated = True
+            sock = socket.socket(fileno=fds[0])
+            sock.setblocking(False)
+            name = sock.getsockname()
+            self._socket_path = Path(name) if isinstance(name, str) and name else server.socket
+            return sock
+        path = server.socket
+        _ensure_private_dir(path.parent, group=bool(server.socket_group))
+        if path.exists() or path.is_symlink():
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise StartupError(f"{path} exists and is not a socket; remove it or choose another server.socket")
+            os.unlink(path)  # stale: we hold the single-instance lock, so nobody else is serving it
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            sock.bind(str(path))
+        except OSError as exc:
+            sock.close()
+            raise StartupError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+        finally:
+            os.umask(old_umask)
+        if server.socket_group:
+            os.chown(path, -1, _gid(server.socket_group))
+        os.chmod(path, server.socket_mode)
+        sock.listen(512)
+        sock.setblocking(False)
+        if previous is not None and previous != path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(previous)
+        self._socket_path = path
+        return sock
+
+    def _remove_socket(self) -> None:
+        if self._socket_path is not None and not self._activated:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._socket_path)
+
+    async def _watchdog(self, interval: float) -> None:
+        while True:
+            self._notify("WATCHDOG=1")
+            await asyncio.sleep(interval)
+
+    def _status_line(self) -> str:
+        return f"STATUS=serving {len(self._workspaces)} workspaces on {self._socket_path}"
+
+    def _notify(self, *lines: str) -> None:
+        if self.notifier is not None:
+            self.notifier.send(*lines)
+
+
+def _limits(server: ServerConfig) -> Limits:
+    return Limits(
+        server.max_request_bytes,
+        server.max_connections,
+        server.idle_timeout_seconds,
+        server.request_timeout_seconds,
+    )
+
+
+def _gid(group: str) -> int:
+    try:
+        return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise StartupError(f"server.socket_group: no group named {group!r}") from None
+
+
+def _ensure_private_dir(path: Path, group: bool) -> None:
+    """Create the directory 0700 (0750 with a socket group); refuse one another user owns or others can write."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o750 if group else 0o700)
+    st = os.stat(path)
+    if st.st_uid != os.getuid():
+        raise StartupError(
+            f"{path} is owned by uid {st.st_uid}, not by memd's uid {os.getuid()}; chown it or choose another path"
+        )
+    if st.st_mode & 0o022:
+        raise StartupError(
+            f"{path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):04o}); run chmod go-w {path}"
+        )
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
+
+
+async def run_daemon(config_path: Path | None, env: MutableMapping[str, str]) -> int:
+    config = load_config(config_path, env)
+    configure_logging(config.daemon.log_level)
+    daemon = Daemon(config, config_path, env)
+    try:
+        return await daemon.run()
+    except StartupError:
+        daemon.io.shutdown(wait=False)
+        raise

@@ -1,0 +1,277 @@
+"""The Unix-socket server: framing, limits, peer credentials, ordered responses. No memory logic lives here.
+
+Built on asyncio's Protocol API (about half the per-request cost of streams, LIMITS.md). Each complete line is
+dispatched at once, so a client that pipelines writes lets them join one group commit; responses are still
+written in request order. Limits: a line over `max_request_bytes` gets -32003 and the connection is closed; a
+partial line that stalls for `request_timeout_seconds`, or a connection idle for `idle_timeout_seconds`, is
+closed; connections over `max_connections` get -32004 and are closed. One connection's failure never touches
+another. Imports memd.handlers, memd.protocol and memd.errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memd import protocol
+from memd.errors import (
+    ACCESS_DENIED,
+    BUSY,
+    INTERNAL_ERROR,
+    REQUEST_TOO_LARGE,
+    MemdError,
+)
+from memd.handlers import Peer
+
+log = logging.getLogger(__name__)
+_PEERCRED = struct.Struct("3i")
+MAX_IN_FLIGHT_PER_CONNECTION = 256  # beyond this, stop reading from the client until responses drain
+
+Dispatch = Callable[[Peer, protocol.Request], Awaitable[Any]]
+Authorize = Callable[[Peer], bool]
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_request_bytes: int
+    max_connections: int
+    idle_timeout: float
+    request_timeout: float
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return Peer(pid=pid, uid=uid, gid=gid)
+
+
+class Server:
+    def __init__(self, dispatch: Dispatch, authorize: Authorize, limits: Limits) -> None:
+        self.dispatch = dispatch
+        self.authorize = authorize
+        self.limits = limits
+        self.connections: set[Connection] = set()
+        self.stats = {"accepted": 0, "refused": 0, "denied": 0, "requests": 0, "errors": 0}
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: Connection(self), sock=sock, backlog=512)
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (bounded) for every in-flight request to be answered, then close all connections."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while any(c.in_flight for c in self.connections) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer = Peer(0, -1, -1)
+        self.buffer = bytearray()
+        self.responses: deque[asyncio.Future[bytes | None]] = deque()
+        self.in_flight = 0
+        self.closing = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._paused = False
+
+    # --- asyncio.Protocol -----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        server = self.server
+        sock = transport.get_extra_info("socket")
+        try:
+            self.peer = peer_of(sock)
+        except OSError:
+            self.peer = Peer(0, -1, -1)
+        if len(server.connections) >= server.limits.max_connections:
+            server.stats["refused"] += 1
+            self._refuse(BUSY, f"too many connections (limit {server.limits.max_connections}); retry shortly")
+            return
+        if not server.authorize(self.peer):
+            server.stats["denied"] += 1
+            log.warning("denied connection from uid %d gid %d pid %d", self.peer.uid, self.peer.gid, self.peer.pid)
+            self._refuse(ACCESS_DENIED, f"uid {self.peer.uid} is not allowed to use this memd socket")
+            return
+        server.stats["accepted"] += 1
+        server.connections.add(self)
+        self._arm_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        buffer = self.buffer
+        buffer += data
+        limit = self.server.limits.max_request_bytes
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            if end - start > limit:
+                self._too_large()
+                return
+            line = bytes(buffer[start:end])
+            start = end + 1
+            if line.strip():
+                self._handle_line(line)
+        if start:
+            del buffer[:start]
+        if len(buffer) > limit:
+            self._too_large()
+            return
+        self._arm_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def pause_writing(self) -> None:  # the client does not read its responses: stop reading its requests
+        if self.transport is not None and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._maybe_resume()
+
+    # --- requests -------------------------------------------------------------------------------------------
+
+    def _handle_line(self, line: bytes) -> None:
+        self.server.stats["requests"] += 1
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes | None] = loop.create_future()
+        self.responses.append(future)
+        self.in_flight += 1
+        try:
+            request = protocol.parse_request(line)
+        except protocol.ProtocolError as exc:
+            self.server.stats["errors"] += 1
+            future.set_result(protocol.encode_error(exc.request_id, exc.code, exc.message))
+            self._flush()
+            return
+        task = loop.create_task(self._run(request))
+        task.add_done_callback(lambda t: self._finish(future, request, t))
+        if self.in_flight >= MAX_IN_FLIGHT_PER_CONNECTION and self.transport is not None and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+
+    async def _run(self, request: protocol.Request) -> Any:
+        return await self.server.dispatch(self.peer, request)
+
+    def _finish(self, future: asyncio.Future[bytes | None], request: protocol.Request, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            payload: bytes | None = protocol.encode_error(request.id, INTERNAL_ERROR, "request cancelled")
+        elif (exc := task.exception()) is not None:
+            self.server.stats["errors"] += 1
+            if isinstance(exc, MemdError):
+                payload = protocol.encode_error(request.id, exc.code, exc.message, exc.data)
+            else:
+                log.error("internal error in %s", request.method, exc_info=exc)
+                payload = protocol.encode_error(
+                    request.id,
+                    INTERNAL_ERROR,
+                    f"internal error: {type(exc).__name__}: {exc} (see the daemon log)",
+                )
+        else:
+            try:
+                payload = protocol.encode_result(request.id, task.result())
+            except (TypeError, ValueError) as exc:
+                payload = protocol.encode_error(request.id, INTERNAL_ERROR, f"result not serialisable: {exc}")
+        future.set_result(None if request.is_notification else payload)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write every finished response at the head of the queue (responses keep request order)."""
+        out: list[bytes] = []
+        while self.responses and self.responses[0].done():
+            payload = self.responses.popleft().result()
+            self.in_flight -= 1
+            if payload is not None:
+                out.append(payload)
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+        self._maybe_resume()
+        self._arm_timer()
+
+    def _maybe_resume(self) -> None:
+        if (
+            self._paused
+            and self.transport is not None
+            and self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION // 2
+            and self.transport.get_write_buffer_size() == 0
+        ):
+            self._paused = False
+            self.transport.resume_reading()
+
+    # --- limits ---------------------------------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        if self.closing:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        limits = self.server.limits
+        timeout = limits.request_timeout if self.buffer else limits.idle_timeout
+        self._timer = asyncio.get_running_loop().call_later(timeout, self._on_timeout)
+
+    def _on_timeout(self) -> None:
+        if self.in_flight:  # the daemon owes this client answers; its silence is not the client's fault
+            self._arm_timer()
+            return
+        reason = "partial request stalled" if self.buffer else "idle"
+        log.debug("closing connection from pid %d: %s", self.peer.pid, reason)
+        self.close()
+
+    def _too_large(self) -> None:
+        self.server.stats["errors"] += 1
+        limit = self.server.limits.max_request_bytes
+        self._refuse(REQUEST_TOO_LARGE, f"request line exceeds {limit} bytes (server.max_request_bytes); closing")
+
+    def _refuse(self, code: int, message: str) -> None:
+        """Answer with one error line after the responses already owed, then close."""
+        self.closing = True
+        self.buffer.clear()
+        if self.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes | None] = loop.create_future()
+        future.set_result(protocol.encode_error(None, code, message))
+        self.responses.append(future)
+        self.in_flight += 1
+        self.transport.pause_reading()
+
+        def close_when_answered() -> None:
+            if not all(f.done() for f in self.responses):
+                loop.call_later(0.01, close_when_answered)
+                return
+            self._flush()
+            self.close()
+
+        close_when_answered()
+
+    def close(self) -> None:
+        self.closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+        self.server.connections.discard(self)

@@ -1,0 +1,1 @@
+"""The three memory tiers: pure formats and their stores."""

@@ -1,0 +1,180 @@
+"""The cold tier's file format: parse `cold/MEMORY.md` and insert learnings into it. Pure: no I/O.
+
+    # Agent Memory
+
+    ## <category>
+    - [YYYY-MM-DD] <learning>
+
+Categories and learning texts go through `memd.textfmt.escape_inline`, so they are single lines that cannot
+start a heading or a section. MEMORY.md belongs to people as much as to memd: an insertion adds exactly one
+learning line (and, for a new category, its heading) and leaves every other byte as it was. Lines inside a
+closed fenced code block are prose, so a "## " line in a code sample is not a section.
+Imports only memd.textfmt.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+
+from memd.textfmt import escape_inline, unescape_inline
+
+# What memd writes into an empty MEMORY.md before the first section; the section adds its own blank line.
+MEMORY_PREAMBLE = "# Agent Memory\n"
+
+_DAY_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_HEADING_RE = re.compile(r"##(?:[ \t](.*))?")
+# The optional text tolerates an editor that stripped the space after "]" of an empty learning.
+_LEARNING_RE = re.compile(r"- \[([0-9]{4}-[0-9]{2}-[0-9]{2})\](?: (.*))?")
+_FENCE_RE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+_WORD_RE = re.compile(r"\w+")
+
+
+@dataclass(frozen=True, slots=True)
+class Learning:
+    category: str  # "" for a learning above the first section
+    date: str  # "YYYY-MM-DD"
+    text: str
+    line: int  # 0-based line number in the file
+
+
+def _split_lines(text: str) -> list[str]:
+    # Lines including their "\n", so offsets can be summed; split on "\n" only because escaped values may hold
+    # \x0b, \u2028 and the like, which str.splitlines() would also split on.
+    return text.split("\n") if text else []
+
+
+def _fenced_lines(lines: Sequence[str]) -> set[int]:
+    """Line numbers inside closed fenced code blocks, fence lines included.
+
+    An unclosed fence is no fence: otherwise one stray ``` would hide every later section, and memd would
+    append learnings that no reader could see.
+    """
+    fenced: set[int] = set()
+    opener: tuple[int, str] | None = None
+    for number, raw in enumerate(lines):
+        match = _FENCE_RE.fullmatch(raw.removesuffix("\r"))
+        if match is None:
+            continue
+        marker, rest = match[1], match[2]
+        if opener is None:
+            if not (marker[0] == "`" and "`" in rest):  # CommonMark: a backtick info string has no backtick
+                opener = (number, marker)
+        elif marker[0] == opener[1][0] and len(marker) >= len(opener[1]) and not rest.strip():
+            fenced.update(range(opener[0], number + 1))
+            opener = None
+    return fenced
+
+
+def _heading_text(line: str) -> str | None:
+    match = _HEADING_RE.fullmatch(line.removesuffix("\r"))
+    if match is None:
+        return None
+    return (match[1] or "").strip()
+
+
+def parse_memory(text: str) -> list[Learning]:
+    """Every learning in file order, with the `## ` section it sits under. Never raises."""
+    lines = _split_lines(text)
+    fenced = _fenced_lines(lines)
+    learnings: list[Learning] = []
+    category = ""
+    for number, raw in enumerate(lines):
+        if number in fenced:
+            continue
+        heading = _heading_text(raw)
+        if heading is not None:
+            category = unescape_inline(heading)
+            continue
+        match = _LEARNING_RE.fullmatch(raw.removesuffix("\r"))
+        if match is not None:
+            learnings.append(Learning(category, match[1], unescape_inline(match[2] or ""), number))
+    return learnings
+
+
+def _check_day(day: str) -> None:
+    try:
+        valid = _DAY_RE.fullmatch(day) is not None and date.fromisoformat(day).isoformat() == day
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ValueError(f"learning date must be a calendar date YYYY-MM-DD, got {day!r}")
+
+
+def render_learning(day: str, text: str) -> str:
+    """One learning line. A `day` that is not a YYYY-MM-DD calendar date raises ValueError."""
+    _check_day(day)
+    return f"- [{day}] {escape_inline(text)}\n"
+
+
+def escape_category(category: str) -> str:
+    """The heading text for `category`: surrounding whitespace dropped (a heading could not keep it), escaped.
+    An empty result raises ValueError."""
+    escaped = escape_inline(category.strip())
+    if not escaped:
+        raise ValueError("learning category must not be empty")
+    return escaped
+
+
+def insert_learning(document: str, category: str, day: str, text: str) -> str:
+    """`document` with the learning added first under `## category` (created at the end if missing).
+
+    The result is `document` with the inserted bytes added and nothing else changed, except that a document
+    not ending in "\\n" gets one before an insertion at its end. Raises ValueError for an empty category or
+    a malformed day.
+    """
+    line = render_learning(day, text)
+    heading = escape_category(category)
+    lines = _split_lines(document)
+    fenced = _fenced_lines(lines)
+    offset = 0
+    insert_at: int | None = None
+    in_section = False
+    for number, raw in enumerate(lines):
+        line_end = offset + len(raw) + 1  # the "\n" after it (one past the end for the last line)
+        if number not in fenced:
+            found = _heading_text(raw)
+            if in_section and found is not None:
+                break
+            if in_section and _LEARNING_RE.fullmatch(raw.removesuffix("\r")):
+                insert_at = offset
+                break
+            if found == heading:
+                in_section = True
+                insert_at = line_end
+        offset = line_end
+    if insert_at is None:
+        base = document or MEMORY_PREAMBLE
+        if not base.endswith("\n"):
+            base += "\n"
+        return f"{base}\n## {heading}\n{line}"
+    if insert_at > len(document):  # the heading is the last line and has no "\n"
+        return f"{document}\n{line}"
+    return document[:insert_at] + line + document[insert_at:]
+
+
+def _words(topic: str) -> list[str]:
+    return list(dict.fromkeys(w.lower() for w in _WORD_RE.findall(topic) if len(w) >= 2))
+
+
+def relevant(learnings: Sequence[Learning], topic: str | None) -> list[Learning]:
+    """Learnings for `topic`, best first; all of them, newest first, when there is no topic.
+
+    Each distinct topic word (2+ characters) scores 2 when found in the category and 1 when found in the text
+    (case-insensitive substrings); only learnings scoring above 0 are kept, ordered by score then date,
+    newest first. A topic without any such word counts as no topic: better the newest learnings than none.
+    """
+    newest_first = sorted(learnings, key=lambda item: item.date, reverse=True)
+    words = _words(topic or "")
+    if not words:
+        return newest_first
+    scored: list[tuple[int, Learning]] = []
+    for item in newest_first:
+        category, text = item.category.lower(), item.text.lower()
+        score = sum(2 * (word in category) + (word in text) for word in words)
+        if score > 0:
+            scored.append((score, item))
+    scored.sort(key=lambda pair: pair[0], reverse=True)
+    return [item for _, item in scored]

@@ -1,0 +1,215 @@
+"""The hot tier's document: `hot/context.json` parsed, edited by pure functions, rendered for the context window.
+
+The document is kept as the JSON object it is on disk so that fields memd does not know survive every rewrite.
+Each edit returns a new dict (copy-on-write of the fields it touches) and never mutates its input, which lets
+the workspace writer apply a batch to a draft and drop it whole if the disk write fails.
+Imports only memd.errors.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from memd.errors import CorruptFile
+
+SCHEMA_VERSION = 1
+HotDoc = dict[str, Any]
+
+_STRING_FIELDS = ("session_id", "task", "current_step", "summary")
+_STRING_LIST_FIELDS = ("files_modified", "pending_actions")
+_OBJECT_LIST_FIELDS = ("decisions", "notes", "checkpoints")
+
+
+def empty_doc() -> HotDoc:
+    return {
+        "version": SCHEMA_VERSION,
+        "session_id": "",
+        "task": "",
+        "current_step": "",
+        "files_modified": [],
+        "decisions": [],
+        "pending_actions": [],
+        "notes": [],
+        "summary": "",
+        "checkpoints": [],
+    }
+
+
+def parse(data: bytes, where: str) -> HotDoc:
+    """Parse context.json. A file that is not a JSON object with well-typed known fields raises CorruptFile."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptFile(f"{where} is not valid JSON ({exc}); fix or restore it, memd will not overwrite it") from None
+    if not isinstance(doc, dict):
+        raise CorruptFile(f"{where} must hold a JSON object, not {type(doc).__name__}; memd will not overwrite it")
+    problems = [f"'{k}' must be a string" for k in _STRING_FIELDS if k in doc and not isinstance(doc[k], str)]
+    problems += [
+        f"'{k}' must be a list of strings"
+        for k in _STRING_LIST_FIELDS
+        if k in doc and not (isinstance(doc[k], list) and all(isinstance(v, str) for v in doc[k]))
+    ]
+    problems += [
+        f"'{k}' must be a list of objects"
+        for k in _OBJECT_LIST_FIELDS
+        if k in doc and not (isinstance(doc[k], list) and all(isinstance(v, dict) for v in doc[k]))
+    ]
+    if problems:
+        raise CorruptFile(f"{where}: {'; '.join(problems)}; memd will not overwrite it until it is fixed")
+    return doc
+
+
+def serialize(doc: HotDoc) -> bytes:
+    # Indented so that `git diff hot/context.json` shows which field changed; the file is small.
+    return (json.dumps(doc, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+
+
+def new_id(prefix: str, now: datetime) -> str:
+    return f"{prefix}-{now.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def _ts(now: datetime) -> str:
+    return now.isoformat(timespec="seconds")
+
+
+def _with(doc: HotDoc, **changes: Any) -> HotDoc:
+    new = dict(doc)
+    new.update(changes)
+    new.setdefault("version", SCHEMA_VERSION)
+    return new
+
+
+def _strings(doc: HotDoc, key: str) -> list[str]:
+    return list(doc.get(key) or [])
+
+
+def _objects(doc: HotDoc, key: str) -> list[dict[str, Any]]:
+    return list(doc.get(key) or [])
+
+
+def start_session(doc: HotDoc, task: str | None, session_id: str, now: datetime) -> tuple[HotDoc, bool]:
+    """Open a session. The same task (or none given) resumes; a different task starts a fresh session.
+
+    Returns (new doc, resumed). A fresh session keeps memd's bookkeeping (checkpoints) and unknown fields.
+    """
+    previous_task = str(doc.get("task") or "")
+    if task is None or task == previous_task:
+        return _with(doc, session_id=session_id), bool(previous_task)
+    fresh = _with(
+        doc,
+        session_id=session_id,
+        task=task,
+        current_step="",
+        files_modified=[],
+        decisions=[],
+        pending_actions=[],
+        notes=[],
+        summary="",
+    )
+    return fresh, False
+
+
+def update_progress(
+    doc: HotDoc,
+    step: str | None,
+    files: Sequence[str] = (),
+    pending_add: Sequence[str] = (),
+    pending_done: Sequence[str] = (),
+) -> tuple[HotDoc, list[str]]:
+    """Returns (new doc, pending items named done that were not pending)."""
+    changes: dict[str, Any] = {}
+    if step is not None:
+        changes["current_step"] = step
+    if files:
+        current = _strings(doc, "files_modified")
+        seen = set(current)
+        current += [f for f in dict.fromkeys(files) if f not in seen]
+        changes["files_modified"] = current
+    missing: list[str] = []
+    if pending_add or pending_done:
+        pending = _strings(doc, "pending_actions")
+        for item in pending_done:
+            if item in pending:
+                pending.remove(item)
+            else:
+                missing.append(item)
+        pending += [p for p in dict.fromkeys(pending_add) if p not in pending]
+        changes["pending_actions"] = pending
+    return _with(doc, **changes), missing
+
+
+def add_decision(
+    doc: HotDoc, action: str, reason: str, risk: str | None, now: datetime
+) -> tuple[HotDoc, dict[str, Any]]:
+    decision: dict[str, Any] = {"action": action, "reason": reason}
+    if risk is not None:
+        decision["risk"] = risk
+    decision.update(id=new_id("d", now), ts=_ts(now))
+    return _with(doc, decisions=[*_objects(doc, "decisions"), decision]), decision
+
+
+def add_note(doc: HotDoc, text: str, now: datetime) -> tuple[HotDoc, dict[str, Any]]:
+    note = {"id": new_id("n", now), "ts": _ts(now), "text": text}
+    return _with(doc, notes=[*_objects(doc, "notes"), note]), note
+
+
+# --- rendering for the context window ------------------------------------------------------------------------
+
+
+def _indent_rest(text: str) -> str:
+    return text.replace("\n", "\n  ")
+
+
+def render_header(doc: HotDoc) -> list[str]:
+    """The pinned part: task, step, files, pending actions. Always shown whole."""
+    lines = ["# Current Session\n"]
+    if doc.get("session_id"):
+        lines.append(f"Session: {doc['session_id']}\n")
+    lines.append(f"Task: {_indent_rest(str(doc.get('task') or '(none)'))}\n")
+    lines.append(f"Current step: {_indent_rest(str(doc.get('current_step') or '(none)'))}\n")
+    files = _strings(doc, "files_modified")
+    if files:
+        lines.append("## Files modified\n")
+        lines += [f"- {_indent_rest(f)}\n" for f in files]
+    pending = _strings(doc, "pending_actions")
+    if pending:
+        lines.append("## Pending actions\n")
+        lines += [f"- {_indent_rest(p)}\n" for p in pending]
+    return lines
+
+
+def render_decision(decision: dict[str, Any]) -> str:
+    risk = f" (risk: {decision['risk']})" if decision.get("risk") else ""
+    text = f"{decision.get('action', '')} — {decision.get('reason', '')}{risk}"
+    return f"- {_indent_rest(text)}\n"
+
+
+def render_note(note: dict[str, Any]) -> str:
+    stamp = f"[{note['ts']}] " if note.get("ts") else ""
+    return f"- {stamp}{_indent_rest(str(note.get('text', '')))}\n"
+
+
+def render_summary(summary: str) -> list[str]:
+    if not summary:
+        return []
+    body = summary if summary.endswith("\n") else summary + "\n"
+    return [line + "\n" for line in body.splitlines()]
+
+
+def render_lines(doc: HotDoc) -> list[str]:
+    """The whole hot tier as the agent's context window sees it, as newline-terminated lines."""
+    lines = render_header(doc)
+    decisions = _objects(doc, "decisions")
+    if decisions:
+        lines.append("## Decisions\n")
+        lines += [render_decision(d) for d in decisions]
+    lines += render_summary(str(doc.get("summary") or ""))
+    notes = _objects(doc, "notes")
+    if notes:
+        lines.append("## Notes\n")
+        lines += [render_note(n) for n in notes]
+    return lines

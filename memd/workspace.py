@@ -1,0 +1,286 @@
+"""One workspace and its single writer: every change to a workspace's files goes through `Workspace.write`.
+
+Group commit: writes that arrive while a batch is being made durable wait in the queue and form the next batch.
+A batch applies each request's edit to a draft (hot document, cold text, warm entries), turns the draft into at
+most one atomic replace per file plus one append per warm day, makes that durable in a worker thread (the event
+loop never blocks on fsync), and only then publishes the new state and acknowledges the requests. If the disk
+write fails, every request of the batch gets a StorageError and the in-memory state stays as it was.
+
+Before a batch, each file it may rewrite is checked against what memd last saw (size, mtime, inode): a file
+changed by someone else is re-read first and the edits are applied on top of it (contract 2).
+Imports the tiers, memd.fsio, memd.tokens, memd.config and memd.errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any, Protocol, TypeVar
+from zoneinfo import ZoneInfo
+
+from memd import fsio
+from memd.config import WorkspaceConfig
+from memd.errors import Busy, MemdError, ShuttingDown, StorageError
+from memd.tiers import cold_format, warm_format
+from memd.tiers.cold_store import ColdStore
+from memd.tiers.hot_format import HotDoc
+from memd.tiers.hot_store import HotStore
+from memd.tiers.warm_format import WarmEntry
+from memd.tiers.warm_store import WarmStore
+from memd.tokens import TierUsage, TokenCounter
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+TIERS = ("hot", "warm", "cold")
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
+
+
+@dataclass
+class Draft:
+    """What one batch will write. Edits replace `hot`/`cold` with new values; warm entries accumulate."""
+
+    hot: HotDoc
+    cold: str
+    now: datetime
+    local: datetime
+    warm: list[WarmEntry] = field(default_factory=list)
+    cold_lines: list[str] = field(default_factory=list)
+    _hot_store: HotStore | None = None
+    _cold_store: ColdStore | None = None
+
+    def set_hot(self, doc: HotDoc) -> None:
+        self.hot = doc
+
+    def edit_hot(self) -> HotDoc:
+        """The current draft hot document, after checking that the hot file is writable (not corrupt)."""
+        if self._hot_store is not None:
+            self._hot_store.require_valid()
+        return self.hot
+
+    def log(self, action: str, details: tuple[tuple[str, str], ...] = (), result: str | None = None) -> WarmEntry:
+        entry = WarmEntry(time=self.local.strftime("%H:%M:%S"), action=action, details=details, result=result)
+        self.warm.append(entry)
+        return entry
+
+    def learn(self, category: str, text: str) -> str:
+        if self._cold_store is not None:
+            self._cold_store.require_valid()
+        day = self.local.date().isoformat()
+        self.cold = cold_format.insert_learning(self.cold, category, day, text)
+        line = cold_format.render_learning(day, text)
+        self.cold_lines.append(line)
+        return day
+
+
+Edit = Callable[[Draft], T]
+
+
+@dataclass
+class Health:
+    """What status shows about this workspace's storage."""
+
+    last_write_error: str = ""
+    last_write_error_at: str = ""
+    writes: int = 0
+    batches: int = 0
+
+
+class Workspace:
+    def __init__(
+        self,
+        config: WorkspaceConfig,
+        counter: TokenCounter,
+        clock: Clock,
+        io: Executor,
+        max_pending: int = 10_000,
+        on_commit: Callable[[Workspace, frozenset[str]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.root = config.path
+        self.counter = counter
+        self.clock = clock
+        self.tz = ZoneInfo(config.warm.timezone)
+        self._io = io
+        self._max_pending = max_pending
+        self.on_commit = on_commit
+        self.hot = HotStore(self.root / "hot" / "context.json", counter)
+        self.warm = WarmStore(self.root / "warm", counter)
+        self.cold = ColdStore(self.root / "cold" / "MEMORY.md", counter)
+        self.health = Health()
+        self._queue: list[tuple[Edit[Any], asyncio.Future[Any]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._in_flight = False
+        self._closing = False
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    def open(self) -> list[str]:
+        """Create the tier directories, remove memd's stale temp files, load every tier. Returns removed temps."""
+        for tier in TIERS:
+            fsio.ensure_dir(self.root / tier)
+        removed = fsio.remove_stale_temp_files([self.root / t for t in TIERS])
+        self.hot.load()
+        self.cold.load()
+        self.warm.scan()
+        return [str(p) for p in removed]
+
+    def reconfigure(self, config: WorkspaceConfig) -> None:
+        """Take a reloaded config for the same directory (budgets, retention, access lists)."""
+        self.config = config
+        self.tz = ZoneInfo(config.warm.timezone)
+
+    async def close(self) -> None:
+        """Stop taking writes and wait until every queued one is durable or failed."""
+        self._closing = True
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    # --- writes ---------------------------------------------------------------------------------------------
+
+    async def write(self, edit: Edit[T]) -> T:
+        """Apply `edit` in the next batch; returns its result once the batch is durable on disk."""
+        if self._closing:
+            raise ShuttingDown("memd is shutting down; retry against the restarted daemon")
+        if len(self._queue) >= self._max_pending:
+            raise Busy(f"workspace {self.name!r} has {len(self._queue)} writes queued; retry shortly")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append((edit, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain(), name=f"writer:{self.name}")
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                await self._commit(batch)
+            except Exception as exc:  # a bug: fail the batch loudly rather than hang its clients
+                log.exception("workspace %s: batch failed unexpectedly", self.name)
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+
+    async def _commit(self, batch: list[tuple[Edit[Any], asyncio.Future[Any]]]) -> None:
+        now = self.clock.now()
+        local = now.astimezone(self.tz)
+        today = local.date()
+        self.hot.refresh()
+        self.cold.refresh()
+        self.warm.refresh_day(today)
+        draft = Draft(self.hot.doc, self.cold.text, now, local, _hot_store=self.hot, _cold_store=self.cold)
+        accepted: list[tuple[asyncio.Future[Any], Any]] = []
+        for edit, future in batch:
+            if future.cancelled():
+                continue
+            try:
+                accepted.append((future, edit(draft)))
+            except MemdError as exc:
+                future.set_exception(exc)
+        writes: list[fsio.FileWrite] = []
+        warm_write = None
+        if draft.warm:
+            warm_write = self.warm.plan_append(today, [warm_format.render_entry(e) for e in draft.warm])
+            writes.append(warm_write)
+        cold_write = self.cold.write_for(draft.cold) if draft.cold is not self.cold.text else None
+        hot_write = self.hot.write_for(draft.hot) if draft.hot is not self.hot.doc else None
+        writes += [w for w in (cold_write, hot_write) if w is not None]
+        if writes:
+            self._in_flight = True
+            try:
+                fps = await asyncio.get_running_loop().run_in_executor(self._io, fsio.apply_writes, writes)
+            except OSError as exc:
+                self._fail(accepted, exc)
+                return
+            finally:
+                self._in_flight = False
+            changed = self._publish(draft, today, writes, fps, warm_write, cold_write, hot_write)
+        else:
+            changed = frozenset()
+        self.health.batches += 1
+        self.health.writes += len(accepted)
+        for future, result in accepted:
+            if not future.done():
+                future.set_result(result)
+        if changed and self.on_commit is not None:
+            self.on_commit(self, changed)
+
+    def _publish(
+        self,
+        draft: Draft,
+        today: date,
+        writes: list[fsio.FileWrite],
+        fps: list[fsio.Fingerprint],
+        warm_write: fsio.FileWrite | None,
+        cold_write: fsio.FileWrite | None,
+        hot_write: fsio.FileWrite | None,
+    ) -> frozenset[str]:
+        by_write = dict(zip((id(w) for w in writes), fps, strict=True))
+        changed: set[str] = set()
+        if warm_write is not None:
+            self.warm.commit_append(today, by_write[id(warm_write)], warm_write, draft.warm)
+            changed.add("warm")
+        if cold_write is not None:
+            added = sum(self.counter.count_piece(line) for line in draft.cold_lines)
+            self.cold.commit(draft.cold, by_write[id(cold_write)], added)
+            changed.add("cold")
+        if hot_write is not None:
+            self.hot.commit(draft.hot, by_write[id(hot_write)], self.hot.count(draft.hot))
+            changed.add("hot")
+        return frozenset(changed)
+
+    def _fail(self, accepted: list[tuple[asyncio.Future[Any], Any]], exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        where = exc.filename or self.root
+        message = f"could not write workspace {self.name!r} durably: {reason} ({where}); nothing was acknowledged"
+        self.health.last_write_error = message
+        self.health.last_write_error_at = self.clock.now().isoformat(timespec="seconds")
+        log.error("%s", message)
+        # What reached the disk before the failure is re-read on the next batch (fingerprints differ).
+        self.hot.fingerprint = self.cold.fingerprint = None
+        for future, _ in accepted:
+            if not future.done():
+                future.set_exception(StorageError(message, data={"errno": exc.errno}))
+
+    # --- reads ----------------------------------------------------------------------------------------------
+
+    def refresh(self) -> set[str]:
+        """Adopt outside changes before a read. Skipped while a batch is in flight (it re-checks itself)."""
+        if self._in_flight:
+            return set()
+        changed = set()
+        if self.hot.refresh():
+            changed.add("hot")
+        if self.warm.scan():
+            changed.add("warm")
+        if self.cold.refresh():
+            changed.add("cold")
+        return changed
+
+    def today(self) -> date:
+        return self.clock.now().astimezone(self.tz).date()
+
+    def usage(self) -> dict[str, TierUsage]:
+        budget = self.config.budget
+        recent = self.warm.recent_days(self.today(), self.config.warm.recent_days)
+        return {
+            "hot": TierUsage(self.hot.tokens, budget.hot),
+            "warm": TierUsage(sum(self.warm.tokens_for(d) for d in recent), budget.warm),
+            "cold": TierUsage(self.cold.tokens, budget.cold),
+        }
+
+    def usage_dict(self) -> dict[str, Any]:
+        return {tier: u.as_dict() for tier, u in self.usage().items()}

@@ -1,0 +1,310 @@
+"""Specification of the cold MEMORY.md format (memd.tiers.cold_format)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memd.tiers.cold_format import (
+    MEMORY_PREAMBLE,
+    Learning,
+    escape_category,
+    insert_learning,
+    parse_memory,
+    relevant,
+    render_learning,
+)
+
+# A MEMORY.md that people have been editing: prose, odd blank lines, CRLF here and there, trailing spaces,
+# a code sample with a "## " line in it, a learning above the first section.
+HAND_EDITED = (
+    "# Agent Memory\n"
+    "- [2024-01-01] stray learning above any section\n"
+    "\n"
+    "Notes for whoever reads this.   \n"
+    "\n\n\n"
+    "## Auth\r\n"
+    "Prose about auth, kept as is.\n"
+    "- [2024-03-01] JWT secrets live in vault\r\n"
+    "- [2024-02-01] tokens expire after 1h\n"
+    "\n"
+    "```sh\n"
+    "## not a section\n"
+    "- [2024-09-09] not a learning\n"
+    "```\n"
+    "## Testing  \n"
+    "\n"
+    "### a sub-heading is prose\n"
+    "- [2024-03-05] run pytest with -x\n"
+    "trailing prose without newline"
+)
+
+
+def removals(result: str, piece: str) -> set[str]:
+    """Every text obtained by removing one occurrence of `piece` from `result`."""
+    found: set[str] = set()
+    start = result.find(piece)
+    while start != -1:
+        found.add(result[:start] + result[start + len(piece) :])
+        start = result.find(piece, start + 1)
+    return found
+
+
+def learnings_in(document: str, category: str) -> list[str]:
+    return [item.text for item in parse_memory(document) if item.category == category]
+
+
+# --- parsing ------------------------------------------------------------------------------------------------
+
+
+def test_learnings_are_read_with_their_section_date_text_and_line() -> None:
+    assert parse_memory(HAND_EDITED) == [
+        Learning("", "2024-01-01", "stray learning above any section", 1),
+        Learning("Auth", "2024-03-01", "JWT secrets live in vault", 9),
+        Learning("Auth", "2024-02-01", "tokens expire after 1h", 10),
+        Learning("Testing", "2024-03-05", "run pytest with -x", 19),
+    ]
+
+
+def test_headings_and_texts_are_unescaped() -> None:
+    text = "## a\\nb\n- [2024-01-01] x\\\\y\\nz\n"
+    assert parse_memory(text) == [Learning("a\nb", "2024-01-01", "x\\y\nz", 1)]
+
+
+def test_lines_that_are_neither_headings_nor_learnings_are_prose() -> None:
+    text = "##no-space\n* [2024-01-01] star bullet\n- [2024-1-1] short date\n-[2024-01-01] no space\n### h3\n"
+    assert parse_memory(text) == []
+
+
+def test_an_unclosed_fence_does_not_hide_the_rest_of_the_file() -> None:
+    text = "## A\n```\n## B\n- [2024-01-01] x\n"
+    assert parse_memory(text) == [Learning("B", "2024-01-01", "x", 3)]
+
+
+def test_parsing_never_raises_on_any_text() -> None:
+    for text in ["", "\n", "\r\n", "## ", "##", "- [2024-01-01]", "```", "~~~\n## x\n~~~", "\ufeff## x"]:
+        parse_memory(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_parsing_never_raises(text: str) -> None:
+    for item in parse_memory(text):
+        assert isinstance(item, Learning)
+
+
+# --- rendering ----------------------------------------------------------------------------------------------
+
+
+def test_a_learning_is_one_dated_bullet_line() -> None:
+    assert render_learning("2024-03-15", "use uv") == "- [2024-03-15] use uv\n"
+    assert render_learning("2024-03-15", "a\n## B") == "- [2024-03-15] a\\n## B\n"
+
+
+@pytest.mark.parametrize(
+    "day", ["2024-02-30", "2024-3-15", "20240315", "2024-03-15\n## x", "", "2024-03-1\u0665"]
+)
+def test_a_day_that_is_not_a_calendar_date_is_refused(day: str) -> None:
+    with pytest.raises(ValueError):
+        render_learning(day, "x")
+
+
+# --- insertion ----------------------------------------------------------------------------------------------
+
+
+def test_a_new_learning_goes_first_under_its_category() -> None:
+    result = insert_learning(HAND_EDITED, "Auth", "2024-04-01", "rotate keys monthly")
+    assert learnings_in(result, "Auth") == [
+        "rotate keys monthly",
+        "JWT secrets live in vault",
+        "tokens expire after 1h",
+    ]
+    assert "Prose about auth, kept as is.\n- [2024-04-01] rotate keys monthly\n- [2024-03-01]" in result
+
+
+def test_insertion_changes_no_other_byte_of_the_document() -> None:
+    line = "- [2024-04-01] rotate keys monthly\n"
+    for category in ["Auth", "Testing"]:
+        result = insert_learning(HAND_EDITED, category, "2024-04-01", "rotate keys monthly")
+        assert HAND_EDITED in removals(result, line)
+
+
+def test_a_section_without_learnings_gets_the_learning_right_after_its_heading() -> None:
+    document = "# Agent Memory\n\n## Empty\nsome prose\n\n## Next\n- [2024-01-01] n\n"
+    result = insert_learning(document, "Empty", "2024-04-01", "first")
+    assert (
+        result
+        == "# Agent Memory\n\n## Empty\n- [2024-04-01] first\nsome prose\n\n## Next\n- [2024-01-01] n\n"
+    )
+
+
+def test_a_missing_category_is_appended_as_a_new_section_at_the_end() -> None:
+    result = insert_learning(HAND_EDITED, "Deploy", "2024-04-01", "blue/green")
+    assert result == HAND_EDITED + "\n\n## Deploy\n- [2024-04-01] blue/green\n"
+    assert learnings_in(result, "Deploy") == ["blue/green"]
+
+
+def test_a_missing_category_in_a_file_ending_with_newline_adds_no_extra_newline() -> None:
+    document = "# Agent Memory\n\n## A\n- [2024-01-01] a\n"
+    result = insert_learning(document, "B", "2024-04-01", "b")
+    assert result == document + "\n## B\n- [2024-04-01] b\n"
+
+
+def test_an_empty_document_starts_with_the_preamble() -> None:
+    result = insert_learning("", "Auth", "2024-04-01", "x")
+    assert result == MEMORY_PREAMBLE + "\n## Auth\n- [2024-04-01] x\n"
+    assert result == "# Agent Memory\n\n## Auth\n- [2024-04-01] x\n"
+
+
+def test_a_heading_on_the_last_line_without_newline_gets_one() -> None:
+    assert insert_learning("## A", "A", "2024-04-01", "x") == "## A\n- [2024-04-01] x\n"
+
+
+def test_the_first_of_duplicate_sections_is_used() -> None:
+    document = "## A\n- [2024-01-01] one\n## A\n- [2024-01-02] two\n"
+    result = insert_learning(document, "A", "2024-04-01", "new")
+    assert result == "## A\n- [2024-04-01] new\n- [2024-01-01] one\n## A\n- [2024-01-02] two\n"
+
+
+def test_the_category_is_matched_exactly_and_case_sensitively() -> None:
+    document = "## auth\n- [2024-01-01] lower\n"
+    result = insert_learning(document, "Auth", "2024-04-01", "upper")
+    assert learnings_in(result, "auth") == ["lower"]
+    assert learnings_in(result, "Auth") == ["upper"]
+
+
+def test_surrounding_whitespace_of_a_category_is_not_part_of_it() -> None:
+    document = "## Auth   \n- [2024-01-01] a\n"
+    result = insert_learning(document, "  Auth\n", "2024-04-01", "b")
+    assert learnings_in(result, "Auth") == ["b", "a"]
+
+
+def test_a_heading_inside_a_code_block_is_not_the_category() -> None:
+    document = "```\n## A\n```\n"
+    result = insert_learning(document, "A", "2024-04-01", "x")
+    assert result == document + "\n## A\n- [2024-04-01] x\n"
+
+
+def test_crlf_lines_elsewhere_are_left_alone() -> None:
+    document = "# Agent Memory\r\n\r\n## A\r\n- [2024-01-01] a\r\n"
+    result = insert_learning(document, "A", "2024-04-01", "b")
+    assert result == "# Agent Memory\r\n\r\n## A\r\n- [2024-04-01] b\n- [2024-01-01] a\r\n"
+    assert learnings_in(result, "A") == ["b", "a"]
+
+
+@pytest.mark.parametrize("category", ["", "   ", "\n", "\r\n\t"])
+def test_an_empty_category_is_refused(category: str) -> None:
+    with pytest.raises(ValueError):
+        insert_learning("", category, "2024-04-01", "x")
+
+
+HOSTILE = [
+    "x\n## Other",
+    "## Other",
+    "# Title",
+    "\n- [2024-01-01] forged",
+    "- [2024-01-01] forged",
+    "```",
+    "a\r\n## b",
+    "back\\slash\\n",
+    "a\u2028b\x0bc\x1cd\x85e",
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_no_category_or_text_can_create_sections_or_learnings(hostile: str) -> None:
+    before = parse_memory(HAND_EDITED)
+    result = insert_learning(HAND_EDITED, hostile, "2024-04-01", hostile)
+    after = parse_memory(result)
+    assert len(after) == len(before) + 1
+    new = [
+        item
+        for item in after
+        if (item.category, item.date, item.text) == (hostile.strip(), "2024-04-01", hostile)
+    ]
+    assert len(new) == 1
+    assert {item.category for item in after} == {item.category for item in before} | {hostile.strip()}
+    assert result.count("\n## ") + result.startswith("## ") <= HAND_EDITED.count("\n## ") + 1
+
+
+# --- properties ---------------------------------------------------------------------------------------------
+
+PIECES = ["\n", "\r\n", "## ", "# ", "- [2024-01-01] ", "```", "~~~", "A", "B", "x", " ", "\\", "\\n", "é"]
+documents = st.one_of(st.text(), st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
+values = st.one_of(st.text(), st.lists(st.sampled_from([*PIECES, "\u2028"]), max_size=8).map("".join))
+categories = values.filter(lambda c: c.strip() != "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents, categories, values)
+def test_insert_then_parse_finds_the_learning_first_in_its_category(
+    document: str, category: str, text: str
+) -> None:
+    result = insert_learning(document, category, "2024-04-01", text)
+    expected_category = category.strip()
+    before = parse_memory(document)
+    after = parse_memory(result)
+    assert len(after) == len(before) + 1
+    in_category = [item for item in after if item.category == expected_category]
+    assert (in_category[0].date, in_category[0].text) == ("2024-04-01", text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents, categories, values)
+def test_insert_only_adds_bytes(document: str, category: str, text: str) -> None:
+    result = insert_learning(document, category, "2024-04-01", text)
+    line = render_learning("2024-04-01", text)
+    # Into an existing section: the line alone (after a "\n" when the heading was the unterminated last line).
+    originals = {document} if document.endswith("\n") else {document, document + "\n"}
+    if originals & removals(result, line):
+        return
+    # A new section at the end, after the preamble when the document was empty, and after a missing "\n".
+    base = document or MEMORY_PREAMBLE
+    base += "" if base.endswith("\n") else "\n"
+    assert result == f"{base}\n## {escape_category(category)}\n{line}"
+
+
+# --- relevance ----------------------------------------------------------------------------------------------
+
+L_OLD = Learning("Auth", "2024-01-01", "JWT secrets live in vault", 0)
+L_NEW = Learning("Testing", "2024-05-01", "pytest -x stops at the first failure", 1)
+L_MID = Learning("Deploy", "2024-03-01", "auth service needs a restart after key rotation", 2)
+L_MID_TOO = Learning("Misc", "2024-03-01", "nothing related", 3)
+ALL = [L_OLD, L_NEW, L_MID, L_MID_TOO]
+
+
+@pytest.mark.parametrize("topic", [None, "", "   "])
+def test_without_a_topic_every_learning_comes_newest_first(topic: str | None) -> None:
+    assert relevant(ALL, topic) == [L_NEW, L_MID, L_MID_TOO, L_OLD]
+
+
+def test_a_category_match_outweighs_a_text_match() -> None:
+    assert relevant(ALL, "auth") == [L_OLD, L_MID]
+
+
+def test_matches_add_up_and_ties_go_to_the_newest() -> None:
+    a = Learning("Auth", "2024-01-01", "x", 0)
+    b = Learning("Other", "2024-02-01", "auth and jwt", 1)
+    c = Learning("Other", "2024-03-01", "jwt only", 2)
+    d = Learning("Auth", "2023-01-01", "jwt rotation", 3)
+    # Scores: d = 2 + 1, a = 2, b = 1 + 1, c = 1; a and b tie and the newer comes first.
+    assert relevant([a, b, c, d], "JWT auth") == [d, b, a, c]
+    assert relevant([d, c, b, a], "jwt, AUTH! jwt") == [d, b, a, c]
+
+
+def test_matching_is_case_insensitive_substring() -> None:
+    assert relevant(ALL, "PYTEST") == [L_NEW]
+    assert relevant(ALL, "rotat") == [L_MID]
+
+
+def test_one_character_words_are_ignored() -> None:
+    assert relevant(ALL, "x auth") == [L_OLD, L_MID]
+
+
+def test_a_topic_of_only_one_character_words_counts_as_no_topic() -> None:
+    assert relevant(ALL, "a x ?") == relevant(ALL, None)
+
+
+def test_nothing_matching_gives_nothing() -> None:
+    assert relevant(ALL, "kubernetes") == []

@@ -1,0 +1,312 @@
+"""Specification of the warm day-file format (memd.tiers.warm_format)."""
+
+from __future__ import annotations
+
+from datetime import date, time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memd.tiers.warm_format import (
+    WarmEntry,
+    day_filename,
+    day_header,
+    parse_day,
+    parse_day_filename,
+    render_entry,
+)
+
+DAY = date(2024, 3, 15)
+
+# What a day log written by hand or by another agent tool typically looks like.
+HAND_WRITTEN_LOG = """\
+# Activity Log 2024-03-15
+
+Morning session, picking up the auth refactor.
+
+### 09:12:03 - Refactored JWT validation
+```
+file: auth/jwt.py
+lines_changed: 45
+```
+Result: Success
+
+### 09:40:10 - Ran test suite
+```yaml
+command: pytest -q tests/auth
+duration: 12.4s
+```
+Result: 3 failed, 41 passed
+Follow-up: the failures are the clock-skew tests.
+
+### 10:05:00 - Decided to keep HS256
+Result: Success
+"""
+
+
+def render_day(entries: list[WarmEntry]) -> str:
+    return day_header(DAY) + "".join(render_entry(e) for e in entries)
+
+
+# --- file names ---------------------------------------------------------------------------------------------
+
+
+def test_day_filename_is_the_iso_date_with_md_suffix() -> None:
+    assert day_filename(DAY) == "2024-03-15.md"
+    assert parse_day_filename(day_filename(DAY)) == DAY
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "2024-02-30.md",  # not a calendar date
+        "2024-13-01.md",
+        "0000-01-01.md",
+        "2024-3-15.md",
+        "2024-03-15.md.bak",
+        "2024-03-15.txt",
+        "x2024-03-15.md",
+        "2024-03-15.md\n",
+        "2024-03-1\u0665.md",  # a non-ASCII digit
+        "MEMORY.md",
+        "",
+    ],
+)
+def test_only_exact_calendar_date_names_are_day_files(name: str) -> None:
+    assert parse_day_filename(name) is None
+
+
+def test_leap_day_is_a_day_file() -> None:
+    assert parse_day_filename("2024-02-29.md") == date(2024, 2, 29)
+
+
+def test_day_header_is_an_activity_log_title_and_a_blank_line() -> None:
+    assert day_header(DAY) == "# Activity Log 2024-03-15\n\n"
+
+
+# --- rendering ----------------------------------------------------------------------------------------------
+
+
+def test_an_entry_renders_heading_fenced_details_result_and_a_blank_line() -> None:
+    entry = WarmEntry(
+        "09:12:03", "Refactored JWT", (("file", "auth/jwt.py"), ("lines_changed", "45")), "Success"
+    )
+    assert render_entry(entry) == (
+        "### 09:12:03 - Refactored JWT\n```\nfile: auth/jwt.py\nlines_changed: 45\n```\nResult: Success\n\n"
+    )
+
+
+def test_an_entry_without_details_or_result_is_just_its_heading() -> None:
+    assert render_entry(WarmEntry("23:59:59", "idle")) == "### 23:59:59 - idle\n\n"
+
+
+def test_an_empty_result_is_still_written() -> None:
+    assert render_entry(WarmEntry("00:00:00", "a", result="")) == "### 00:00:00 - a\nResult: \n\n"
+
+
+@pytest.mark.parametrize(
+    "bad", ["12:00", "12:00:00 ", "12:00:00\n### 13:00:00 - x", "1\u0662:00:00", "", "ab:cd:ef"]
+)
+def test_a_time_that_is_not_hh_mm_ss_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        render_entry(WarmEntry(bad, "x"))
+
+
+@pytest.mark.parametrize(
+    ("key", "written"),
+    [
+        ("file", "file"),
+        ("a: b", "a\\: b"),
+        ("url:port", "url\\:port"),
+        ("### 12:00:00 - fake", "\\### 12\\:00\\:00 - fake"),
+        ("## x", "\\## x"),
+        ("```", "\\```"),
+        ("`code`", "\\`code`"),
+        ("Result", "\\Result"),
+        ("Results", "Results"),
+        ("Risk", "Risk"),
+        ("back\\slash", "back\\\\slash"),
+        ("two\nlines", "two\\nlines"),
+    ],
+)
+def test_keys_escape_colons_and_a_leading_structural_character(key: str, written: str) -> None:
+    rendered = render_entry(WarmEntry("12:00:00", "a", ((key, "v"),)))
+    assert f"\n{written}: v\n" in rendered
+    assert parse_day(rendered)[0].details == ((key, "v"),)
+
+
+# --- parsing files other tools wrote ------------------------------------------------------------------------
+
+
+def test_a_hand_written_log_parses_into_its_entries() -> None:
+    assert parse_day(HAND_WRITTEN_LOG) == [
+        WarmEntry(
+            "09:12:03",
+            "Refactored JWT validation",
+            (("file", "auth/jwt.py"), ("lines_changed", "45")),
+            "Success",
+        ),
+        WarmEntry(
+            "09:40:10",
+            "Ran test suite",
+            (("command", "pytest -q tests/auth"), ("duration", "12.4s")),
+            "3 failed, 41 passed",
+            "Follow-up: the failures are the clock-skew tests.",
+        ),
+        WarmEntry("10:05:00", "Decided to keep HS256", (), "Success"),
+    ]
+
+
+def test_crlf_line_ends_parse_like_lf() -> None:
+    assert parse_day(HAND_WRITTEN_LOG.replace("\n", "\r\n")) == parse_day(HAND_WRITTEN_LOG)
+
+
+def test_a_missing_final_newline_and_missing_blank_lines_are_tolerated() -> None:
+    text = "### 01:00:00 - a\nResult: ok\n### 02:00:00 - b\n```\nk: v\n```\nResult: done"
+    assert parse_day(text) == [
+        WarmEntry("01:00:00", "a", (), "ok"),
+        WarmEntry("02:00:00", "b", (("k", "v"),), "done"),
+    ]
+
+
+def test_text_before_the_first_entry_is_ignored() -> None:
+    text = "# Activity Log\n\nSome prose.\n- a list\nResult: not an entry\n```\nk: v\n```\n### 01:00:00 - a\n"
+    assert parse_day(text) == [WarmEntry("01:00:00", "a")]
+
+
+def test_an_unclosed_fence_ends_with_its_entry() -> None:
+    text = "### 01:00:00 - a\n```\nk: v\nnot a pair\nResult: inside\n### 02:00:00 - b\nResult: ok\n"
+    assert parse_day(text) == [
+        WarmEntry("01:00:00", "a", (("k", "v"), ("Result", "inside")), None, "not a pair"),
+        WarmEntry("02:00:00", "b", (), "ok"),
+    ]
+
+
+def test_lines_outside_the_format_are_kept_verbatim_in_extra() -> None:
+    text = (
+        "### 01:00:00 - a\n"
+        "```\nk: v\njust words\n```\n"
+        "Result: first\n"
+        "Result: second\n"
+        "  indented note  \n"
+        "```python\nprint('x: y')\n```\n"
+    )
+    (entry,) = parse_day(text)
+    assert entry.details == (("k", "v"),)
+    assert entry.result == "first"
+    assert entry.extra == "just words\nResult: second\n  indented note  \n```python\nprint('x: y')\n```"
+
+
+def test_an_entry_with_extra_renders_its_extra_lines_so_nothing_is_lost() -> None:
+    (entry,) = parse_day("### 01:00:00 - a\nResult: ok\nsee also: PR 12\nthanks\n")
+    assert parse_day(render_entry(entry)) == [entry]
+
+
+def test_extra_that_would_forge_an_entry_is_refused() -> None:
+    with pytest.raises(ValueError):
+        render_entry(WarmEntry("01:00:00", "a", extra="fine\n### 02:00:00 - forged"))
+
+
+def test_an_editor_stripping_trailing_spaces_keeps_empty_fields_empty() -> None:
+    rendered = render_entry(WarmEntry("01:00:00", "", (("k", ""),), ""))
+    stripped = "\n".join(line.rstrip() for line in rendered.split("\n"))
+    assert parse_day(stripped) == [WarmEntry("01:00:00", "", (("k", ""),), "")]
+
+
+def test_a_detail_value_may_contain_colons_and_spaces() -> None:
+    (entry,) = parse_day("### 01:00:00 - a\n```\nnote: see: http://x:80/y\n```\n")
+    assert entry.details == (("note", "see: http://x:80/y"),)
+
+
+# --- injection ----------------------------------------------------------------------------------------------
+
+HOSTILE = [
+    "\n### 12:00:00 - fake",
+    "### 12:00:00 - fake",
+    "\n## x",
+    "## x",
+    "# x",
+    "```",
+    "\n```\n",
+    "```yaml",
+    "Result: fake",
+    "\nResult: fake\n",
+    "Result",
+    "\r",
+    "\r\n### 12:00:00 - fake\r\n",
+    "back\\slash\\n",
+    "a: b",
+    "\\:",
+    "",
+    " ",
+    "\u2028\x0b\x1c\x85",
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_no_field_value_can_add_entries_or_change_other_fields(hostile: str) -> None:
+    entries = [
+        WarmEntry("10:00:00", hostile, ((hostile, hostile), ("file", hostile), (hostile, "x")), hostile),
+        WarmEntry("11:00:00", "after", (("k", "v"),), None),
+    ]
+    assert parse_day(render_day(entries)) == entries
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_no_detail_line_looks_like_structure_even_to_a_fence_blind_reader(hostile: str) -> None:
+    rendered = render_entry(WarmEntry("10:00:00", "a", ((hostile, hostile),), None))
+    detail_lines = rendered.split("\n")[2:-3]
+    assert len(detail_lines) == 1
+    (line,) = detail_lines
+    assert not line.startswith(("#", "`", "Result:"))
+
+
+# --- properties ---------------------------------------------------------------------------------------------
+
+STRUCTURAL = [
+    "\n",
+    "\r",
+    "\r\n",
+    "### ",
+    "12:00:00 - ",
+    "## ",
+    "#",
+    "```",
+    "`",
+    "Result",
+    ": ",
+    ":",
+    "\\",
+    " ",
+]
+fields = st.one_of(st.text(), st.lists(st.sampled_from([*STRUCTURAL, "a", "é", "\u2028"])).map("".join))
+times = st.times().map(lambda t: t.replace(microsecond=0)).map(time.isoformat)
+entries_strategy = st.builds(
+    WarmEntry,
+    time=times,
+    action=fields,
+    details=st.lists(st.tuples(fields, fields), max_size=4).map(tuple),
+    result=st.none() | fields,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(entries_strategy, max_size=5))
+def test_rendered_entries_parse_back_exactly(entries: list[WarmEntry]) -> None:
+    assert parse_day(render_day(entries)) == entries
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(entries_strategy, max_size=5))
+def test_rendered_entries_parse_back_exactly_from_a_crlf_copy(entries: list[WarmEntry]) -> None:
+    assert parse_day(render_day(entries).replace("\n", "\r\n")) == entries
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.text(), st.lists(st.sampled_from([*STRUCTURAL, "k", "\n```yaml\n", "\n\n"])).map("".join))
+)
+def test_parsing_never_raises(text: str) -> None:
+    for entry in parse_day(text):
+        assert isinstance(entry, WarmEntry)
