@@ -247,7 +247,7 @@ def _human(cmd: str, result: Any) -> str:
         return "\n".join(f"{w['name']:<20} {w['path']}" for w in result["workspaces"])
     if cmd == "start-session":
         return (
-            result["context"]["text"]
+            str(result["context"]["text"])
             + f"\n-- session {result['session_id']} ({'resumed' if result['resumed'] else 'new'})"
         )
     if cmd == "hot":

@@ -98,6 +98,22 @@ class DiscoveryConfig:
 
 
 @dataclass(frozen=True)
+class WatchConfig:
+    enabled: bool = True
+    settle_seconds: float = 0.05
+    max_wait_seconds: float = 1.0
+    reconcile_interval_seconds: float = 60.0
+    polling_interval_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    budget_scan_interval_seconds: float = 300.0
+    misfire_grace_seconds: float = 3600.0
+    job_timeout_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
 class WorkspaceConfig:
     """One workspace: its directory plus its effective budget and warm policy (global, then overrides)."""
 
@@ -118,6 +134,8 @@ class Config:
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
     workspaces: Mapping[str, WorkspaceConfig] = field(default_factory=dict)
     source: Path | None = None  # the file this came from; None for the embedded default
 
@@ -133,6 +151,8 @@ _SECTIONS: dict[str, type] = {
     "snapshot": SnapshotConfig,
     "llm": LlmConfig,
     "discovery": DiscoveryConfig,
+    "watch": WatchConfig,
+    "jobs": JobsConfig,
 }
 _WORKSPACE_KEYS = {"path", "budget", "warm", "readers", "writers"}
 
@@ -371,6 +391,14 @@ def _validate(config: Config, errors: list[str]) -> None:
     for i, p in enumerate(snap.paths):
         if p not in ("hot", "warm", "cold"):
             errors.append(f"snapshot.paths[{i}]: {p!r} is not one of 'hot', 'warm', 'cold'")
+    watch = config.watch
+    _positive(errors, "watch.settle_seconds", watch.settle_seconds)
+    _positive(errors, "watch.reconcile_interval_seconds", watch.reconcile_interval_seconds)
+    _positive(errors, "watch.polling_interval_seconds", watch.polling_interval_seconds)
+    if watch.max_wait_seconds < watch.settle_seconds:
+        errors.append("watch.max_wait_seconds: must be at least watch.settle_seconds")
+    for key in ("budget_scan_interval_seconds", "misfire_grace_seconds", "job_timeout_seconds"):
+        _positive(errors, f"jobs.{key}", getattr(config.jobs, key))
     llm = config.llm
     _positive(errors, "llm.timeout_seconds", llm.timeout_seconds)
     _positive(errors, "llm.deadline_seconds", llm.deadline_seconds)

@@ -28,7 +28,9 @@ from memd import __version__, notify
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
 from memd.errors import ConfigError, MemdError
 from memd.handlers import Call, Peer, Services, dispatch
+from memd.jobs import Jobs
 from memd.protocol import Request
+from memd.registry import Registry
 from memd.server import Limits, Server
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -54,7 +56,8 @@ class Daemon(Services):
         self.clock = SystemClock()
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-io")
         self._counters: dict[str, TokenCounter] = {}
-        self._workspaces: dict[str, Workspace] = {}
+        self.registry = Registry(config, self._open_workspace)
+        self.jobs = Jobs(config.jobs, config.daemon.state_dir / "jobs.json")
         self._signals: asyncio.Queue[int] = asyncio.Queue()
         self._stop = asyncio.Event()
         self._lock_fd: int | None = None
@@ -68,7 +71,11 @@ class Daemon(Services):
     # --- Services --------------------------------------------------------------------------------------------
 
     def workspaces(self) -> Mapping[str, Workspace]:
-        return self._workspaces
+        return self.registry.workspaces
+
+    async def sweep(self, workspace: str | None, dry_run: bool) -> dict[str, Any]:
+        targets = [self.registry.workspaces[workspace]] if workspace else list(self.registry.workspaces.values())
+        return {"results": [await ws.sweep(dry_run) for ws in targets]}
 
     def status(self) -> dict[str, Any]:
         return {
@@ -80,7 +87,9 @@ class Daemon(Services):
             "connections": len(self.server.connections) if self.server else 0,
             "server": dict(self.server.stats) if self.server else {},
             "last_reload": self.last_reload,
-            "workspaces": {name: self._workspace_status(ws) for name, ws in sorted(self._workspaces.items())},
+            "sync": self.registry.status(),
+            "jobs": self.jobs.status(),
+            "workspaces": {name: self._workspace_status(ws) for name, ws in sorted(self.registry.workspaces.items())},
         }
 
     @staticmethod
@@ -95,6 +104,7 @@ class Daemon(Services):
             "last_write_error": ws.health.last_write_error or None,
             "last_write_error_at": ws.health.last_write_error_at or None,
             "file_errors": errors,
+            "last_sweep": ws.last_sweep or None,
         }
 
     async def reload(self) -> dict[str, Any]:
@@ -110,8 +120,8 @@ class Daemon(Services):
             log.error("reload failed, keeping the running config: %s", exc.message)
             result = {"reloaded": False, "errors": [exc.message]}
         else:
-            log.info("configuration reloaded (%d workspaces)", len(self._workspaces))
-            result = {"reloaded": True, "errors": [], "workspaces": sorted(self._workspaces)}
+            log.info("configuration reloaded (%d workspaces)", len(self.registry.workspaces))
+            result = {"reloaded": True, "errors": [], "workspaces": sorted(self.registry.workspaces)}
         self.last_reload = {"at": datetime.now(UTC).isoformat(timespec="seconds"), **result}
         self._notify("READY=1", self._status_line())
         return result
@@ -141,12 +151,15 @@ class Daemon(Services):
 
     async def start(self) -> None:
         self._take_lock()
-        for ws_config in self.config.workspaces.values():
-            self._add_workspace(ws_config)
+        self.registry.start()
+        self.jobs.start()
+        self._schedule_jobs()
         sock = self._listening_socket(self.config.server)
         self.server = Server(self._dispatch, self._authorize, _limits(self.config.server))
         await self.server.start(sock)
-        log.info("memd %s listening on %s (%d workspaces)", __version__, self._socket_path, len(self._workspaces))
+        log.info(
+            "memd %s listening on %s (%d workspaces)", __version__, self._socket_path, len(self.registry.workspaces)
+        )
         self._notify("READY=1", self._status_line())
 
     async def stop(self) -> None:
@@ -154,8 +167,9 @@ class Daemon(Services):
         timeout = self.config.daemon.shutdown_timeout_seconds
         if self.server is not None:
             self.server.stop_accepting()
+        self.jobs.shutdown()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(ws.close() for ws in self._workspaces.values())), timeout)
+            await asyncio.wait_for(self.registry.close(), timeout)
         if self.server is not None:
             await self.server.drain(timeout=1.0)
         self._remove_socket()
@@ -181,7 +195,44 @@ class Daemon(Services):
             self._counters[encoding] = TokenCounter.for_encoding(encoding)
         return self._counters[encoding]
 
-    def _add_workspace(self, ws_config: WorkspaceConfig) -> Workspace:
+    def _schedule_jobs(self) -> None:
+        """(Re)register every job from the current config."""
+        jobs = self.jobs
+        keep = {"reconcile", "budget-scan"}
+        jobs.every("reconcile", self.config.watch.reconcile_interval_seconds, self._reconcile)
+        jobs.every("budget-scan", self.config.jobs.budget_scan_interval_seconds, self._budget_scan)
+        groups: dict[tuple[str, str], list[str]] = {}
+        for name, ws in self.registry.workspaces.items():
+            groups.setdefault((ws.config.warm.sweep_cron, ws.config.warm.timezone), []).append(name)
+        for cron, tz in groups:
+            job_id = f"sweep {tz} {cron}"
+            keep.add(job_id)
+
+            async def sweep_group(cron: str = cron, tz: str = tz) -> dict[str, Any]:
+                names = [
+                    n
+                    for n, w in self.registry.workspaces.items()
+                    if (w.config.warm.sweep_cron, w.config.warm.timezone) == (cron, tz)
+                ]
+                results = [await self.registry.workspaces[n].sweep(dry_run=False) for n in names]
+                return {"workspaces": len(results), "removed": sum(len(r["removed"]) for r in results)}
+
+            jobs.cron(job_id, cron, tz, sweep_group)
+        jobs.remove_all_except(keep)
+
+    async def _reconcile(self) -> int:
+        return self.registry.reconcile()
+
+    async def _budget_scan(self) -> dict[str, Any]:
+        over = {}
+        for name, ws in self.registry.workspaces.items():
+            ws.refresh()
+            usage = ws.usage()
+            if usage["hot"].tokens >= ws.config.budget.checkpoint_threshold * ws.config.budget.hot:
+                over[name] = usage["hot"].as_dict()
+        return {"over_threshold": over}
+
+    def _open_workspace(self, ws_config: WorkspaceConfig) -> Workspace:
         ws = Workspace(
             ws_config,
             self._counter(ws_config.budget.encoding),
@@ -198,23 +249,14 @@ class Daemon(Services):
             ) from exc
         for path in removed:
             log.info("workspace %s: removed stale temp file %s", ws_config.name, path)
-        self._workspaces[ws_config.name] = ws
         return ws
 
     async def _apply(self, new: Config) -> None:
         for ws_config in new.workspaces.values():  # fail before changing anything (e.g. a bad encoding)
             self._counter(ws_config.budget.encoding)
-        for name in list(self._workspaces):
-            current = self._workspaces[name]
-            wanted = new.workspaces.get(name)
-            if wanted is None or wanted.path != current.root or wanted.budget.encoding != current.counter.name:
-                await current.close()
-                del self._workspaces[name]
-        for name, ws_config in new.workspaces.items():
-            if name in self._workspaces:
-                self._workspaces[name].reconfigure(ws_config)
-            else:
-                self._add_workspace(ws_config)
+        await self.registry.apply(new)
+        self.jobs.config = new.jobs
+        self._schedule_jobs()
         old_server = self.config.server
         self.config = new
         assert self.server is not None
@@ -289,7 +331,7 @@ class Daemon(Services):
             await asyncio.sleep(interval)
 
     def _status_line(self) -> str:
-        return f"STATUS=serving {len(self._workspaces)} workspaces on {self._socket_path}"
+        return f"STATUS=serving {len(self.registry.workspaces)} workspaces on {self._socket_path}"
 
     def _notify(self, *lines: str) -> None:
         if self.notifier is not None:
@@ -328,6 +370,7 @@ def _ensure_private_dir(path: Path, group: bool) -> None:
 
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
 
 
 async def run_daemon(config_path: Path | None, env: MutableMapping[str, str]) -> int:

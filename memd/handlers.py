@@ -11,11 +11,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, Literal, Protocol
 
 from memd import __version__
 from memd.context import build_context, recent_warm, render_cold
-from memd.errors import AccessDenied, MethodNotFound, UnknownWorkspace
+from memd.errors import AccessDenied, InvalidParams, MethodNotFound, UnknownWorkspace
 from memd.params import MAX_LABEL, Params
 from memd.tiers import cold_format, hot_format
 from memd.tiers.warm_format import WarmEntry
@@ -43,6 +44,8 @@ class Services(Protocol):
     def status(self) -> dict[str, Any]: ...
 
     async def reload(self) -> dict[str, Any]: ...
+
+    async def sweep(self, workspace: str | None, dry_run: bool) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +288,29 @@ async def warm_recent(call: Call, raw: Mapping[str, Any]) -> Any:
     )
 
 
+async def warm_day(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "date"}))
+    ws = workspace_for(call, raw, "read")
+    text = p.text("date", max_len=10)
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise InvalidParams(f"parameter 'date' must be YYYY-MM-DD, not {text!r}", data={"param": "date"}) from None
+    entries, source = ws.day_entries(day)
+    return {"date": day.isoformat(), "source": source, "entries": [_entry_json(day.isoformat(), e) for e in entries]}
+
+
+async def retention_sweep(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "dry_run"}))
+    dry_run = p.flag("dry_run")
+    name = None
+    if raw.get("workspace") is not None:
+        name = workspace_for(call, raw, "write").name
+    elif call.peer.uid not in (0, call.services.own_uid):
+        raise AccessDenied("sweeping every workspace needs the daemon's uid or root; name a workspace")
+    return await call.services.sweep(name, dry_run)
+
+
 # --- cold tier -----------------------------------------------------------------------------------------------
 
 
@@ -337,6 +363,8 @@ METHODS: dict[str, tuple[Handler, Access]] = {
     "hot.get": (hot_get, "read"),
     "warm.log": (warm_log, "write"),
     "warm.recent": (warm_recent, "read"),
+    "warm.day": (warm_day, "read"),
+    "retention.sweep": (retention_sweep, "write"),
     "cold.learn": (cold_learn, "write"),
     "cold.get": (cold_get, "read"),
     "context.get": (context_get, "read"),

@@ -77,8 +77,9 @@ class Notifier:
         return self.send(*_status(text) or ["STATUS="])
 
     def reloading(self, status: str = "") -> bool:
-        # MONOTONIC_USEC lets systemd >= 253 (Type=notify-reload) match this RELOADING=1 to the reload it
-        # asked for; older managers ignore the field.
+        # systemd holds the unit in "reloading" until READY=1: follow with ready() after every reload, a
+        # rejected config included. MONOTONIC_USEC lets systemd >= 253 (Type=notify-reload) match this to
+        # the reload it asked for; older managers ignore the field.
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         return self.send("RELOADING=1", f"MONOTONIC_USEC={usec}", *_status(status))
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
-from memd import fsio
+from memd import fsio, retention
 from memd.config import WorkspaceConfig
 from memd.errors import Busy, MemdError, ShuttingDown, StorageError
 from memd.tiers import cold_format, warm_format
@@ -118,6 +118,9 @@ class Workspace:
         self.cold = ColdStore(self.root / "cold" / "MEMORY.md", counter)
         self.health = Health()
         self._queue: list[tuple[Edit[Any], asyncio.Future[Any]]] = []
+        self.before_destructive: Callable[[Workspace, str], Awaitable[None]] | None = None
+        self.last_sweep: dict[str, Any] = {}
+        self._exclusive = asyncio.Lock()  # a batch, or a sweep: never both at once
         self._writer: asyncio.Task[None] | None = None
         self._in_flight = False
         self._closing = False
@@ -167,7 +170,8 @@ class Workspace:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                await self._commit(batch)
+                async with self._exclusive:
+                    await self._commit(batch)
             except Exception as exc:  # a bug: fail the batch loudly rather than hang its clients
                 log.exception("workspace %s: batch failed unexpectedly", self.name)
                 for _, future in batch:
@@ -255,6 +259,39 @@ class Workspace:
             if not future.done():
                 future.set_exception(StorageError(message, data={"errno": exc.errno}))
 
+    # --- retention -----------------------------------------------------------------------------------------
+
+    async def sweep(self, dry_run: bool) -> dict[str, Any]:
+        """Delete or archive expired warm days (exactly what a dry run lists); log it in today's warm file."""
+        policy = self.config.warm
+        today = self.today()
+        loop = asyncio.get_running_loop()
+        async with self._exclusive:
+            plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
+            removed: list[str] = []
+            if plan.expired and not dry_run:
+                if self.before_destructive is not None:
+                    await self.before_destructive(self, "retention")
+                action = retention.archive_expired if policy.mode == "archive" else retention.delete_expired
+                removed = await loop.run_in_executor(self._io, action, plan)
+                self.warm.scan()
+        result: dict[str, Any] = {
+            "workspace": self.name,
+            "dry_run": dry_run,
+            "mode": policy.mode,
+            "retention_days": policy.retention_days,
+            "today": today.isoformat(),
+            "expired": list(plan.expired),
+            "removed": removed,
+            "at": self.clock.now().isoformat(timespec="seconds"),
+        }
+        if removed:
+            details = (("mode", policy.mode), ("removed", ", ".join(removed)))
+            await self.write(lambda draft: draft.log("retention-sweep", details, f"{len(removed)} day file(s)"))
+        if not dry_run:
+            self.last_sweep = result
+        return result
+
     # --- reads ----------------------------------------------------------------------------------------------
 
     def refresh(self) -> set[str]:
@@ -269,6 +306,15 @@ class Workspace:
         if self.cold.refresh():
             changed.add("cold")
         return changed
+
+    def day_entries(self, day: date) -> tuple[list[WarmEntry], str]:
+        """A day's entries from warm/ or, once swept into it, from the archive. Returns (entries, source)."""
+        if day in self.warm.days:
+            return self.warm.entries_for(day), "warm"
+        archived = retention.read_archived_day(self.warm.directory, day)
+        if archived is not None:
+            return warm_format.parse_day(archived), "archive"
+        return [], "none"
 
     def today(self) -> date:
         return self.clock.now().astimezone(self.tz).date()

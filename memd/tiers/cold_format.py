@@ -41,9 +41,14 @@ class Learning:
 
 
 def _split_lines(text: str) -> list[str]:
-    # Lines including their "\n", so offsets can be summed; split on "\n" only because escaped values may hold
-    # \x0b, \u2028 and the like, which str.splitlines() would also split on.
+    # Each line but the last was followed by one "\n", which keeps offsets easy to sum. Split on "\n" only:
+    # escaped values may hold \x0b, \u2028 and the like, which str.splitlines() would also split on.
     return text.split("\n") if text else []
+
+
+def _content(raw: str) -> str:
+    # A line without its CRLF "\r" and without a byte-order mark some Windows editors put at the file start.
+    return raw.removesuffix("\r").removeprefix("\ufeff")
 
 
 def _fenced_lines(lines: Sequence[str]) -> set[int]:
@@ -55,7 +60,7 @@ def _fenced_lines(lines: Sequence[str]) -> set[int]:
     fenced: set[int] = set()
     opener: tuple[int, str] | None = None
     for number, raw in enumerate(lines):
-        match = _FENCE_RE.fullmatch(raw.removesuffix("\r"))
+        match = _FENCE_RE.fullmatch(_content(raw))
         if match is None:
             continue
         marker, rest = match[1], match[2]
@@ -68,8 +73,8 @@ def _fenced_lines(lines: Sequence[str]) -> set[int]:
     return fenced
 
 
-def _heading_text(line: str) -> str | None:
-    match = _HEADING_RE.fullmatch(line.removesuffix("\r"))
+def _heading_text(raw: str) -> str | None:
+    match = _HEADING_RE.fullmatch(_content(raw))
     if match is None:
         return None
     return (match[1] or "").strip()
@@ -88,7 +93,7 @@ def parse_memory(text: str) -> list[Learning]:
         if heading is not None:
             category = unescape_inline(heading)
             continue
-        match = _LEARNING_RE.fullmatch(raw.removesuffix("\r"))
+        match = _LEARNING_RE.fullmatch(_content(raw))
         if match is not None:
             learnings.append(Learning(category, match[1], unescape_inline(match[2] or ""), number))
     return learnings
@@ -138,7 +143,7 @@ def insert_learning(document: str, category: str, day: str, text: str) -> str:
             found = _heading_text(raw)
             if in_section and found is not None:
                 break
-            if in_section and _LEARNING_RE.fullmatch(raw.removesuffix("\r")):
+            if in_section and _LEARNING_RE.fullmatch(_content(raw)):
                 insert_at = offset
                 break
             if found == heading:

@@ -1,0 +1,222 @@
+"""The set of live workspaces, kept in sync with disk: configured ones, discovered ones, and outside edits.
+
+Watcher threads only post (root, tier) hints onto the loop; here each hint is debounced per workspace and then
+`Workspace.refresh()` decides, by fingerprint, whether anything really changed — memd's own writes change
+nothing and cost nothing. A stat-based reconcile of every workspace (`reconcile`) covers events the kernel or
+watchdog dropped. Discovery roots are rescanned on any event directly under them and on every reconcile.
+Imports memd.workspace, memd.watcher, memd.debounce, memd.config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memd.config import WORKSPACE_NAME, Config, WorkspaceConfig
+from memd.debounce import Debouncer
+from memd.watcher import TIERS, Watcher
+from memd.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+Factory = Callable[[WorkspaceConfig], Workspace]
+ChangeListener = Callable[[Workspace, frozenset[str], str], None]  # (workspace, tiers, origin: "external"|"write")
+
+
+@dataclass
+class SyncStats:
+    adopted: int = 0  # outside changes taken in
+    hints: int = 0  # watcher hints received
+    reconciles: int = 0
+    last_reconcile: str = ""
+    discovery_conflicts: dict[str, str] = field(default_factory=dict)
+
+
+class Registry:
+    def __init__(self, config: Config, factory: Factory) -> None:
+        self.config = config
+        self._factory = factory
+        self.workspaces: dict[str, Workspace] = {}
+        self.discovered: set[str] = set()
+        self._by_root: dict[Path, str] = {}
+        self.stats = SyncStats()
+        self.listeners: list[ChangeListener] = []
+        self.watcher: Watcher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._debounce: Debouncer[str] = Debouncer(
+            config.watch.settle_seconds, config.watch.max_wait_seconds, self._adopt
+        )
+        self._discovery_debounce: Debouncer[Path] = Debouncer(
+            config.watch.settle_seconds, config.watch.max_wait_seconds, lambda _root, _r: self.discover()
+        )
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open configured and discovered workspaces; start watching (call on the loop)."""
+        self._loop = asyncio.get_running_loop()
+        if self.config.watch.enabled:
+            self.watcher = Watcher(self._hint_from_thread, self.config.watch.polling_interval_seconds)
+            self.watcher.start()
+        for ws_config in self.config.workspaces.values():
+            self.add(ws_config)
+        for root in self.config.discovery.roots:
+            if self.watcher is not None and root.is_dir():
+                self.watcher.watch_discovery_root(root)
+        self.discover()
+
+    async def close(self) -> None:
+        self._debounce.flush()
+        await asyncio.gather(*(ws.close() for ws in self.workspaces.values()))
+        if self.watcher is not None:
+            self.watcher.stop()
+
+    def add(self, ws_config: WorkspaceConfig) -> Workspace:
+        ws = self._factory(ws_config)
+        self.workspaces[ws.name] = ws
+        self._by_root[ws.root] = ws.name
+        ws.on_commit = self._on_commit
+        if self.watcher is not None:
+            self.watcher.watch_workspace(ws.root)
+        return ws
+
+    async def remove(self, name: str) -> None:
+        ws = self.workspaces.pop(name)
+        self._by_root.pop(ws.root, None)
+        self.discovered.discard(name)
+        self._debounce.cancel(name)
+        if self.watcher is not None:
+            self.watcher.unwatch(ws.root)
+        await ws.close()
+
+    async def apply(self, new: Config) -> None:
+        """Take a reloaded config: drop, add or reconfigure workspaces (discovered ones are re-derived)."""
+        self.config = new
+        for name in list(self.workspaces):
+            current = self.workspaces[name]
+            wanted = new.workspaces.get(name)
+            if name in self.discovered and wanted is None:
+                continue
+            if (
+                wanted is None
+                or wanted.path != current.root
+                or wanted.budget.encoding != current.config.budget.encoding
+            ):
+                await self.remove(name)
+            else:
+                current.reconfigure(wanted)
+        for name, ws_config in new.workspaces.items():
+            if name not in self.workspaces:
+                self.add(ws_config)
+        for name in list(self.discovered):
+            ws = self.workspaces[name]
+            ws.reconfigure(new.workspace_for_discovered(name, ws.root))
+        self.discover()
+
+    # --- discovery -------------------------------------------------------------------------------------------
+
+    def discover(self) -> None:
+        """Register workspace directories under the discovery roots; drop discovered ones that vanished."""
+        found: dict[str, Path] = {}
+        conflicts: dict[str, str] = {}
+        for root in self.config.discovery.roots:
+            try:
+                entries = sorted(os.scandir(root), key=lambda e: e.name)
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                continue
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False) or not WORKSPACE_NAME.match(entry.name):
+                    continue
+                path = Path(entry.path)
+                if not any((path / t).is_dir() for t in TIERS):
+                    continue
+                name = entry.name
+                if name in self.config.workspaces and self.config.workspaces[name].path != path:
+                    conflicts[name] = f"{path} is named like configured workspace {name!r}; rename one of them"
+                elif name in found and found[name] != path:
+                    conflicts[name] = f"{path} and {found[name]} are both named {name!r}; the first is used"
+                elif name not in self.config.workspaces:
+                    found[name] = path
+        for name, message in conflicts.items():
+            if self.stats.discovery_conflicts.get(name) != message:
+                log.warning("discovery: %s", message)
+        self.stats.discovery_conflicts = conflicts
+        for name in list(self.discovered):
+            if found.get(name) != self.workspaces[name].root:
+                log.info("discovery: workspace %s is gone", name)
+                asyncio.get_running_loop().create_task(self.remove(name))
+                self.discovered.discard(name)
+        for name, path in found.items():
+            if name not in self.workspaces:
+                try:
+                    self.add(self.config.workspace_for_discovered(name, path))
+                except Exception as exc:
+                    log.error("discovery: cannot open workspace %s at %s: %s", name, path, exc)
+                    continue
+                self.discovered.add(name)
+                log.info("discovery: registered workspace %s at %s", name, path)
+
+    # --- outside changes -------------------------------------------------------------------------------------
+
+    def _hint_from_thread(self, root: Path, tier: str) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._hint, root, tier)
+
+    def _hint(self, root: Path, tier: str) -> None:
+        self.stats.hints += 1
+        name = self._by_root.get(root)
+        if name is not None:
+            self._debounce.poke(name, tier)
+        elif any(root.parent == r for r in self.config.discovery.roots):
+            self._discovery_debounce.poke(root.parent)
+
+    def _adopt(self, name: str, _reasons: set[str]) -> None:
+        ws = self.workspaces.get(name)
+        if ws is None:
+            return
+        changed = ws.refresh()
+        if changed:
+            self.stats.adopted += 1
+            log.info("workspace %s: adopted outside change to %s", name, ", ".join(sorted(changed)))
+            self._notify(ws, frozenset(changed), "external")
+
+    def reconcile(self) -> int:
+        """Stat every workspace and adopt what changed (catches dropped events). Returns workspaces changed."""
+        changed_count = 0
+        for name in list(self.workspaces):
+            ws = self.workspaces[name]
+            changed = ws.refresh()
+            if changed:
+                changed_count += 1
+                self.stats.adopted += 1
+                log.info("reconcile: workspace %s changed outside memd (%s)", name, ", ".join(sorted(changed)))
+                self._notify(ws, frozenset(changed), "external")
+        self.discover()
+        self.stats.reconciles += 1
+        return changed_count
+
+    def _on_commit(self, ws: Workspace, tiers: frozenset[str]) -> None:
+        self._notify(ws, tiers, "write")
+
+    def _notify(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
+        for listener in self.listeners:
+            try:
+                listener(ws, tiers, origin)
+            except Exception:
+                log.exception("change listener failed for workspace %s", ws.name)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "watcher": self.watcher.status() if self.watcher is not None else {"alive": False, "disabled": True},
+            "hints": self.stats.hints,
+            "adopted_changes": self.stats.adopted,
+            "reconciles": self.stats.reconciles,
+            "discovered": sorted(self.discovered),
+            "discovery_conflicts": dict(self.stats.discovery_conflicts),
+        }
