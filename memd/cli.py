@@ -95,6 +95,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("workspace")
     p.add_argument("--days", type=int)
 
+    p = sub.add_parser("day", help="one day of warm activity (from warm/ or the archive)")
+    p.add_argument("workspace")
+    p.add_argument("date", help="YYYY-MM-DD")
+
+    p = sub.add_parser("sweep", help="run warm retention now (or list what it would remove)")
+    p.add_argument("workspace", nargs="?")
+    p.add_argument("--dry-run", action="store_true")
+
+    p = sub.add_parser("snapshot", help="commit the workspace's state to its git history now")
+    p.add_argument("workspace")
+    p.add_argument("--reason")
+
+    p = sub.add_parser("history", help="snapshot commits, newest first")
+    p.add_argument("workspace")
+    p.add_argument("path", nargs="?")
+    p.add_argument("--limit", type=int)
+
+    p = sub.add_parser("diff", help="diff between two snapshots (or one and now)")
+    p.add_argument("workspace")
+    p.add_argument("rev")
+    p.add_argument("rev2", nargs="?")
+
+    p = sub.add_parser("show", help="a file as it was at a snapshot: memd show WS REV:PATH")
+    p.add_argument("workspace")
+    p.add_argument("spec", metavar="REV:PATH")
+
+    p = sub.add_parser("restore", help="restore paths to a snapshot, as a new commit")
+    p.add_argument("workspace")
+    p.add_argument("rev")
+    p.add_argument("paths", nargs="*")
+
+    p = sub.add_parser("push", help="push the workspace's snapshots to its remote now (after a divergence is fixed)")
+    p.add_argument("workspace")
+
     p = sub.add_parser("config", help="check or show the configuration")
     config_sub = p.add_subparsers(dest="config_command", required=True)
     c = config_sub.add_parser("check", help="validate a config file")
@@ -194,6 +228,25 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
         result = client.call("hot.get", workspace=ws)
     elif cmd == "recent":
         result = client.call("warm.recent", **_drop_none(workspace=ws, days=args.days))
+    elif cmd == "day":
+        result = client.call("warm.day", workspace=ws, date=args.date)
+    elif cmd == "sweep":
+        result = client.call("retention.sweep", **_drop_none(workspace=ws, dry_run=args.dry_run))
+    elif cmd == "snapshot":
+        result = client.call("snapshot.run", **_drop_none(workspace=ws, reason=args.reason))
+    elif cmd == "history":
+        result = client.call("history.list", **_drop_none(workspace=ws, path=args.path, limit=args.limit))
+    elif cmd == "diff":
+        result = client.call("history.diff", **_drop_none(workspace=ws, rev=args.rev, rev2=args.rev2))
+    elif cmd == "show":
+        rev, sep, path = args.spec.partition(":")
+        if not sep or not path:
+            raise MemdError(f"expected REV:PATH (e.g. HEAD~1:hot/context.json), not {args.spec!r}")
+        result = client.call("history.show", workspace=ws, rev=rev, path=path)
+    elif cmd == "restore":
+        result = client.call("snapshot.restore", **_drop_none(workspace=ws, rev=args.rev, paths=args.paths))
+    elif cmd == "push":
+        result = client.call("snapshot.push", workspace=ws)
     else:  # argparse only admits the commands above
         raise AssertionError(cmd)
     try:
@@ -254,6 +307,34 @@ def _human(cmd: str, result: Any) -> str:
         return str(result["rendered"])
     if cmd == "memory":
         return str(result["text"] or "(no relevant learnings)")
+    if cmd == "history":
+        return (
+            "\n".join(
+                f"{c['rev'][:10]}  {c['time']}  {c['reason'] or c['subject']}"
+                + (f"  [{c['session']}]" if c["session"] else "")
+                + (f"  step: {c['step']}" if c["step"] else "")
+                for c in result["commits"]
+            )
+            or "(no snapshots yet)"
+        )
+    if cmd == "diff":
+        return str(result["diff"])
+    if cmd == "show":
+        return str(result["content"])
+    if cmd == "sweep":
+        return "\n".join(
+            f"{r['workspace']}: {'would remove' if r['dry_run'] else r['mode'] + 'd'} "
+            f"{', '.join(r['expired'] if r['dry_run'] else r['removed']) or 'nothing'}"
+            for r in result["results"]
+        )
+    if cmd == "day":
+        return (
+            "\n".join(
+                f"{e['time']}  {e['action']}" + (f"  -> {e['result']}" if "result" in e else "")
+                for e in result["entries"]
+            )
+            or "(no entries)"
+        )
     if cmd == "reload":
         return "reloaded" if result.get("reloaded") else "reload rejected:\n  " + "\n  ".join(result.get("errors", []))
     if isinstance(result, dict) and "usage" in result:

@@ -74,9 +74,12 @@ class SnapshotConfig:
     paths: tuple[str, ...] = ("hot", "warm", "cold")
     settle_seconds: float = 2.0
     max_wait_seconds: float = 30.0
+    interval_seconds: float = 60.0
     remote: str = ""
     branch: str = "main"
     push_interval_seconds: float = 300.0
+    push_timeout_seconds: float = 60.0
+    adopt_existing: bool = False
 
 
 @dataclass(frozen=True)

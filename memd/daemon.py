@@ -27,11 +27,12 @@ from typing import Any
 from memd import __version__, notify
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
 from memd.errors import ConfigError, MemdError
-from memd.handlers import Call, Peer, Services, dispatch
+from memd.handlers import Call, Peer, dispatch
 from memd.jobs import Jobs
 from memd.protocol import Request
 from memd.registry import Registry
 from memd.server import Limits, Server
+from memd.snapshots import Snapshotter
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -47,7 +48,9 @@ class SystemClock:
         return datetime.now(UTC)
 
 
-class Daemon(Services):
+class Daemon:
+    """Implements handlers.Services for the handlers."""
+
     def __init__(self, config: Config, config_path: Path | None, env: MutableMapping[str, str]) -> None:
         self.config = config
         self.config_path = config_path
@@ -56,7 +59,9 @@ class Daemon(Services):
         self.clock = SystemClock()
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-io")
         self._counters: dict[str, TokenCounter] = {}
+        self.snapshots = Snapshotter(config.snapshot, config.daemon.state_dir, self.io, config.snapshot.adopt_existing)
         self.registry = Registry(config, self._open_workspace)
+        self.registry.listeners.append(self.snapshots.on_change)
         self.jobs = Jobs(config.jobs, config.daemon.state_dir / "jobs.json")
         self._signals: asyncio.Queue[int] = asyncio.Queue()
         self._stop = asyncio.Event()
@@ -92,8 +97,7 @@ class Daemon(Services):
             "workspaces": {name: self._workspace_status(ws) for name, ws in sorted(self.registry.workspaces.items())},
         }
 
-    @staticmethod
-    def _workspace_status(ws: Workspace) -> dict[str, Any]:
+    def _workspace_status(self, ws: Workspace) -> dict[str, Any]:
         errors = {tier: s.error.message for tier, s in (("hot", ws.hot), ("cold", ws.cold)) if s.error is not None}
         return {
             "path": str(ws.root),
@@ -105,6 +109,7 @@ class Daemon(Services):
             "last_write_error_at": ws.health.last_write_error_at or None,
             "file_errors": errors,
             "last_sweep": ws.last_sweep or None,
+            "snapshot": self.snapshots.status_for(ws.name),
         }
 
     async def reload(self) -> dict[str, Any]:
@@ -170,6 +175,8 @@ class Daemon(Services):
         self.jobs.shutdown()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.registry.close(), timeout)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.snapshots.flush("shutdown"), timeout)
         if self.server is not None:
             await self.server.drain(timeout=1.0)
         self._remove_socket()
@@ -198,8 +205,12 @@ class Daemon(Services):
     def _schedule_jobs(self) -> None:
         """(Re)register every job from the current config."""
         jobs = self.jobs
-        keep = {"reconcile", "budget-scan"}
+        keep = {"reconcile", "budget-scan", "snapshot-flush"}
         jobs.every("reconcile", self.config.watch.reconcile_interval_seconds, self._reconcile)
+        jobs.every("snapshot-flush", self.config.snapshot.interval_seconds, self._snapshot_flush)
+        if self.config.snapshot.remote:
+            keep.add("snapshot-push")
+            jobs.every("snapshot-push", self.config.snapshot.push_interval_seconds, self.snapshots.push_all)
         jobs.every("budget-scan", self.config.jobs.budget_scan_interval_seconds, self._budget_scan)
         groups: dict[tuple[str, str], list[str]] = {}
         for name, ws in self.registry.workspaces.items():
@@ -219,6 +230,10 @@ class Daemon(Services):
 
             jobs.cron(job_id, cron, tz, sweep_group)
         jobs.remove_all_except(keep)
+
+    async def _snapshot_flush(self) -> int:
+        self.snapshots.prune(set(self.registry.workspaces))
+        return await self.snapshots.flush("interval flush")
 
     async def _reconcile(self) -> int:
         return self.registry.reconcile()
@@ -249,12 +264,14 @@ class Daemon(Services):
             ) from exc
         for path in removed:
             log.info("workspace %s: removed stale temp file %s", ws_config.name, path)
+        self.snapshots.track(ws)
         return ws
 
     async def _apply(self, new: Config) -> None:
         for ws_config in new.workspaces.values():  # fail before changing anything (e.g. a bad encoding)
             self._counter(ws_config.budget.encoding)
         await self.registry.apply(new)
+        self.snapshots.prune(set(self.registry.workspaces))
         self.jobs.config = new.jobs
         self._schedule_jobs()
         old_server = self.config.server

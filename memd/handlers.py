@@ -18,6 +18,7 @@ from memd import __version__
 from memd.context import build_context, recent_warm, render_cold
 from memd.errors import AccessDenied, InvalidParams, MethodNotFound, UnknownWorkspace
 from memd.params import MAX_LABEL, Params
+from memd.snapshots import Snapshotter
 from memd.tiers import cold_format, hot_format
 from memd.tiers.warm_format import WarmEntry
 from memd.workspace import Draft, Workspace
@@ -38,6 +39,7 @@ class Services(Protocol):
     """What the daemon offers handlers (implemented by memd.daemon)."""
 
     own_uid: int
+    snapshots: Snapshotter
 
     def workspaces(self) -> Mapping[str, Workspace]: ...
 
@@ -137,6 +139,7 @@ async def session_start(call: Call, raw: Mapping[str, Any]) -> Any:
         return before, resumed, sid
 
     before, resumed, sid = await ws.write(edit)
+    call.services.snapshots.request(ws, "session start")
     doc = ws.hot.doc
     packet = _resume_packet(ws, doc, topic or str(doc.get("task") or ""))
     packet.update(session_id=sid, resumed=resumed)
@@ -351,6 +354,56 @@ async def context_get(call: Call, raw: Mapping[str, Any]) -> Any:
     return build_context(ws, p.optional_text("topic"))
 
 
+# --- snapshots and history ----------------------------------------------------------------------------------
+
+
+async def snapshot_run(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "reason"}))
+    ws = workspace_for(call, raw, "write")
+    reason = p.optional_text("reason", max_len=MAX_LABEL, allow_empty=False) or "requested"
+    rev, created = await call.services.snapshots.snapshot(ws, reason)
+    return {"rev": rev or None, "created": created, "snapshot": call.services.snapshots.status_for(ws.name)}
+
+
+async def history_list(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "path", "limit"}))
+    ws = workspace_for(call, raw, "read")
+    path = p.optional_text("path", max_len=MAX_LABEL, allow_empty=False)
+    limit = p.integer("limit", 50, minimum=1, maximum=10_000)
+    return {"commits": await call.services.snapshots.history(ws, path, limit)}
+
+
+async def history_show(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "rev", "path"}))
+    ws = workspace_for(call, raw, "read")
+    data = await call.services.snapshots.show(ws, p.text("rev", max_len=MAX_LABEL), p.text("path", max_len=MAX_LABEL))
+    return {"content": data.decode("utf-8", "replace")}
+
+
+async def history_diff(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "rev", "rev2", "paths"}))
+    ws = workspace_for(call, raw, "read")
+    rev, rev2 = p.text("rev", max_len=MAX_LABEL), p.optional_text("rev2", max_len=MAX_LABEL, allow_empty=False)
+    paths = p.text_list("paths") or list(call.services.snapshots.config.paths)
+    return {"diff": await call.services.snapshots.diff(ws, rev, rev2, paths)}
+
+
+async def snapshot_restore(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "rev", "paths"}))
+    ws = workspace_for(call, raw, "write")
+    paths = p.text_list("paths") or list(call.services.snapshots.config.paths)
+    result = await call.services.snapshots.restore(ws, p.text("rev", max_len=MAX_LABEL), paths)
+    return _result_with_usage(ws, result)
+
+
+async def snapshot_push(call: Call, raw: Mapping[str, Any]) -> Any:
+    Params(raw, frozenset({"workspace"}))
+    ws = workspace_for(call, raw, "write")
+    call.services.snapshots.reset_push(ws.name)
+    results = await call.services.snapshots.push_all()
+    return {"result": results.get(ws.name, "nothing to push"), "snapshot": call.services.snapshots.status_for(ws.name)}
+
+
 METHODS: dict[str, tuple[Handler, Access]] = {
     "ping": (ping, "public"),
     "status": (status, "admin"),
@@ -368,6 +421,12 @@ METHODS: dict[str, tuple[Handler, Access]] = {
     "cold.learn": (cold_learn, "write"),
     "cold.get": (cold_get, "read"),
     "context.get": (context_get, "read"),
+    "snapshot.run": (snapshot_run, "write"),
+    "snapshot.restore": (snapshot_restore, "write"),
+    "snapshot.push": (snapshot_push, "write"),
+    "history.list": (history_list, "read"),
+    "history.show": (history_show, "read"),
+    "history.diff": (history_diff, "read"),
 }
 
 

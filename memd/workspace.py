@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -259,6 +260,21 @@ class Workspace:
             if not future.done():
                 future.set_exception(StorageError(message, data={"errno": exc.errno}))
 
+    @property
+    def exclusive(self) -> asyncio.Lock:
+        """Held while a batch is written; hold it to see (or change) the files with no batch half-way through."""
+        return self._exclusive
+
+    async def restore_files(self, files: dict[str, bytes], paths: list[str]) -> list[str]:
+        """Make `paths` hold exactly `files` (relative path -> bytes), durably. Returns the paths changed."""
+        loop = asyncio.get_running_loop()
+        async with self._exclusive:
+            changed = await loop.run_in_executor(self._io, _replace_tree, self.root, files, paths)
+            self.hot.load()
+            self.cold.load()
+            self.warm.scan()
+        return changed
+
     # --- retention -----------------------------------------------------------------------------------------
 
     async def sweep(self, dry_run: bool) -> dict[str, Any]:
@@ -330,3 +346,26 @@ class Workspace:
 
     def usage_dict(self) -> dict[str, Any]:
         return {tier: u.as_dict() for tier, u in self.usage().items()}
+
+
+def _replace_tree(root: Path, files: dict[str, bytes], paths: list[str]) -> list[str]:
+    """Runs in a worker thread: write every file of `files`, remove the other files under `paths`."""
+    changed: list[str] = []
+    for rel, data in sorted(files.items()):
+        target = root / rel
+        if fsio.read_bytes(target) != data:
+            fsio.ensure_dir(target.parent)
+            fsio.atomic_replace(target, data)
+            changed.append(rel)
+    for top in paths:
+        base = root / top
+        candidates = (
+            [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
+        )
+        for path in candidates:
+            rel = str(path.relative_to(root))
+            if rel not in files and not fsio.is_temp_name(path.name):
+                path.unlink()
+                fsio.fsync_dir(path.parent)
+                changed.append(rel)
+    return changed

@@ -1,0 +1,314 @@
+"""Snapshots: each workspace's state committed to git, debounced off the write path, one serialized worker per repo.
+
+Triggers: changes reported by the registry (writes and outside edits, debounced by `settle_seconds` and bounded
+by `max_wait_seconds`, so sustained load gives at most one commit per window), the interval flush job (retries
+what failed), session start, before a retention sweep deletes, before and after a checkpoint, and shutdown.
+Staging happens while the workspace's writer is held, so a snapshot is a consistent state that no batch is half
+way through; committing happens after. Faults degrade snapshots only: git missing, an unsafe repository
+(merge/rebase in progress), a corrupt repository or a failing push show in status, and writes go on.
+Imports memd.gitrepo, memd.workspace, memd.debounce, memd.config and memd.errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from memd.config import SnapshotConfig
+from memd.debounce import Debouncer
+from memd.errors import InvalidParams, MemdError, Unavailable
+from memd.gitrepo import GitError, GitMissing, GitRepo, RepoUnsafe, find_git
+from memd.workspace import Workspace
+
+log = logging.getLogger(__name__)
+State = Literal["new", "ok", "disabled", "repo-unsafe", "error"]
+
+
+@dataclass
+class RepoState:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    repo: GitRepo | None = None
+    state: State = "new"
+    dirty: set[str] = field(default_factory=set)
+    commits: int = 0
+    last_commit: str = ""
+    last_commit_at: str = ""
+    last_reason: str = ""
+    last_error: str = ""
+    push_state: str = ""  # "", "ok", "diverged", "error"
+    push_error: str = ""
+    pushed_head: str = ""
+
+
+class Snapshotter:
+    def __init__(self, config: SnapshotConfig, state_dir: Path, io: Executor, adopt_existing: bool = False) -> None:
+        self.config = config
+        self.state_dir = state_dir
+        self._io = io
+        self._adopt = adopt_existing
+        self._states: dict[str, RepoState] = {}
+        self._workspaces: dict[str, Workspace] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._debounce: Debouncer[str] = Debouncer(config.settle_seconds, config.max_wait_seconds, self._fire)
+        try:
+            self._git: str | None = find_git()
+            self._git_problem = ""
+        except GitMissing as exc:
+            self._git = None
+            self._git_problem = exc.message
+            if config.enabled:
+                log.warning("%s", exc.message)
+
+    # --- wiring ----------------------------------------------------------------------------------------------
+
+    def track(self, ws: Workspace) -> None:
+        self._workspaces[ws.name] = ws
+        self._states.setdefault(ws.name, RepoState())
+        ws.before_destructive = self.before_destructive
+
+    def prune(self, live: set[str]) -> None:
+        """Forget workspaces that were removed (reload, discovery)."""
+        for name in list(self._workspaces):
+            if name not in live:
+                self._workspaces.pop(name, None)
+                self._debounce.cancel(name)
+
+    def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
+        """Registry listener: schedule a debounced snapshot when a snapshotted tier changed."""
+        relevant = tiers & set(self.config.paths)
+        if not relevant or not self.config.enabled:
+            return
+        if ws.name not in self._workspaces:
+            self.track(ws)
+        self._states[ws.name].dirty |= relevant
+        self._debounce.poke(ws.name, "external edit" if origin == "external" else "writes")
+
+    def request(self, ws: Workspace, reason: str) -> None:
+        """Snapshot soon, without waiting for it (session start)."""
+        if self.config.enabled:
+            self._spawn(self.snapshot(ws, reason))
+
+    def _fire(self, name: str, reasons: set[str]) -> None:
+        ws = self._workspaces.get(name)
+        if ws is not None:
+            self._spawn(self.snapshot(ws, " + ".join(sorted(reasons)) or "writes"))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def before_destructive(self, ws: Workspace, why: str) -> None:
+        await self.snapshot(ws, f"before {why}", hold_writer=False)
+
+    async def flush(self, reason: str) -> int:
+        """Snapshot every dirty workspace now (interval job, shutdown). Returns commits made."""
+        self._debounce.flush()
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        made = 0
+        for name, state in list(self._states.items()):
+            ws = self._workspaces.get(name)
+            if ws is not None and state.dirty:
+                _, created = await self.snapshot(ws, reason)
+                made += int(created)
+        return made
+
+    # --- the snapshot ----------------------------------------------------------------------------------------
+
+    async def snapshot(
+        self, ws: Workspace, reason: str, trailers: dict[str, str] | None = None, hold_writer: bool = True
+    ) -> tuple[str, bool]:
+        """Commit the workspace's current state. Returns (HEAD after, whether a commit was made).
+
+        Errors are recorded in status and returned as ("", False); writes are never affected.
+        """
+        if not self.config.enabled:
+            return "", False
+        if ws.name not in self._workspaces:
+            self.track(ws)
+        state = self._states[ws.name]
+        loop = asyncio.get_running_loop()
+        async with state.lock:
+            try:
+                repo = await self._repo(ws, state)
+                dirty, state.dirty = state.dirty, set()
+                if hold_writer:
+                    async with ws.exclusive:
+                        staged = await loop.run_in_executor(self._io, repo.stage)
+                else:  # the caller already holds the writer (e.g. a retention sweep)
+                    staged = await loop.run_in_executor(self._io, repo.stage)
+                if not staged:
+                    head = await loop.run_in_executor(self._io, _head_or_empty, repo)
+                    state.state = "ok"
+                    return head, False
+                doc = ws.hot.doc
+                all_trailers = {
+                    "Memd-Reason": reason,
+                    "Memd-Session": str(doc.get("session_id") or ""),
+                    "Memd-Step": str(doc.get("current_step") or ""),
+                    "Memd-Tiers": ", ".join(sorted(dirty)) if dirty else "",
+                    **(trailers or {}),
+                }
+                subject = f"memd: {reason}" + (f" ({', '.join(sorted(dirty))})" if dirty else "")
+                body = f"Task: {doc.get('task') or '(none)'}"
+                rev = await loop.run_in_executor(self._io, repo.commit, subject, body, all_trailers)
+            except RepoUnsafe as exc:
+                return self._failed(ws, state, "repo-unsafe", exc.message)
+            except GitMissing as exc:
+                return self._failed(ws, state, "disabled", exc.message)
+            except (GitError, OSError) as exc:
+                return self._failed(ws, state, "error", getattr(exc, "message", None) or str(exc))
+            state.state = "ok"
+            state.last_error = ""
+            state.commits += 1
+            state.last_commit = rev
+            state.last_commit_at = ws.clock.now().isoformat(timespec="seconds")
+            state.last_reason = reason
+            log.debug("workspace %s: snapshot %s (%s)", ws.name, rev[:10], reason)
+            return rev, True
+
+    def _failed(self, ws: Workspace, state: RepoState, kind: State, message: str) -> tuple[str, bool]:
+        state.dirty |= set(self.config.paths)  # try again on the next trigger or flush
+        if state.last_error != message:
+            log.warning("workspace %s: snapshot skipped (%s): %s", ws.name, kind, message)
+        state.state = kind
+        state.last_error = message
+        return "", False
+
+    async def _repo(self, ws: Workspace, state: RepoState) -> GitRepo:
+        if self._git is None:
+            raise GitMissing(self._git_problem)
+        if state.repo is None:
+            separate = self.state_dir / "git" / f"{ws.name}.git"
+            git = self._git
+            repo = await asyncio.get_running_loop().run_in_executor(
+                self._io, lambda: GitRepo.locate(ws.root, separate, git, self.config.paths, self._adopt)
+            )
+            await asyncio.get_running_loop().run_in_executor(self._io, repo.ensure, self.config.branch)
+            state.repo = repo
+        return state.repo
+
+    async def repo_for(self, ws: Workspace) -> GitRepo:
+        if not self.config.enabled:
+            raise Unavailable("snapshots are disabled (snapshot.enabled = false)")
+        if ws.name not in self._workspaces:
+            self.track(ws)
+        state = self._states[ws.name]
+        async with state.lock:
+            try:
+                return await self._repo(ws, state)
+            except GitMissing:
+                raise
+            except GitError as exc:
+                raise Unavailable(f"snapshot repository of {ws.name!r} is unusable: {exc.message}") from None
+
+    # --- history and restore ---------------------------------------------------------------------------------
+
+    async def history(self, ws: Workspace, path: str | None, limit: int) -> list[dict[str, Any]]:
+        repo = await self.repo_for(ws)
+        commits = await asyncio.get_running_loop().run_in_executor(self._io, repo.log, path, limit)
+        return [c.as_dict() for c in commits]
+
+    async def show(self, ws: Workspace, rev: str, path: str) -> bytes:
+        repo = await self.repo_for(ws)
+        return await asyncio.get_running_loop().run_in_executor(self._io, repo.show, rev, path)
+
+    async def diff(self, ws: Workspace, rev: str, rev2: str | None, paths: Sequence[str]) -> str:
+        repo = await self.repo_for(ws)
+        return await asyncio.get_running_loop().run_in_executor(self._io, repo.diff, rev, rev2, list(paths))
+
+    async def restore(self, ws: Workspace, rev: str, paths: Sequence[str]) -> dict[str, Any]:
+        """Bring `paths` back to their state at `rev`, through the writer, as a new commit (history kept)."""
+        for p in paths:
+            if p.split("/")[0] not in self.config.paths or ".." in p.split("/"):
+                raise InvalidParams(f"cannot restore {p!r}: paths must lie in {', '.join(self.config.paths)}")
+        repo = await self.repo_for(ws)
+        loop = asyncio.get_running_loop()
+        commit = await loop.run_in_executor(self._io, repo.resolve, rev)
+        files = await loop.run_in_executor(self._io, repo.files_at, commit, list(paths))
+        before, _ = await self.snapshot(ws, f"before restore of {commit[:12]}")
+        changed = await ws.restore_files(files, list(paths))
+        after, created = await self.snapshot(ws, f"restore of {commit[:12]}", {"Memd-Restored-From": commit})
+        if not created and changed:
+            raise MemdError(f"restored files but could not commit the result: {self._states[ws.name].last_error}")
+        return {"rev": commit, "before": before, "after": after, "changed": changed}
+
+    # --- push ------------------------------------------------------------------------------------------------
+
+    def remote_for(self, name: str) -> str:
+        return self.config.remote.replace("{name}", name)
+
+    async def push_all(self) -> dict[str, str]:
+        results: dict[str, str] = {}
+        if not self.config.remote:
+            return results
+        loop = asyncio.get_running_loop()
+        for name, ws in list(self._workspaces.items()):
+            state = self._states[name]
+            if state.repo is None:
+                continue
+            if state.push_state == "diverged":
+                results[name] = "diverged"
+                continue
+            async with state.lock:
+                try:
+                    repo = await self._repo(ws, state)
+                    head = await loop.run_in_executor(self._io, _head_or_empty, repo)
+                    if not head or head == state.pushed_head:
+                        continue
+                    outcome = await loop.run_in_executor(
+                        self._io, repo.push, self.remote_for(name), self.config.branch, self.config.push_timeout_seconds
+                    )
+                except (GitError, OSError) as exc:
+                    state.push_state, state.push_error = "error", getattr(exc, "message", str(exc))
+                    results[name] = "error"
+                    continue
+            state.push_state = outcome
+            if outcome == "ok":
+                state.pushed_head, state.push_error = head, ""
+            else:
+                state.push_error = (
+                    f"{self.remote_for(name)} has commits this workspace lacks; memd stopped pushing (it never "
+                    f"forces). Reconcile: cd {ws.root} && git pull --no-rebase {self.remote_for(name)} "
+                    f"{self.config.branch}, or `memd snapshot push {name}` once the remote was reset"
+                )
+                log.warning("workspace %s: push diverged: %s", name, state.push_error)
+            results[name] = outcome
+        return results
+
+    def reset_push(self, name: str) -> None:
+        if name in self._states:
+            self._states[name].push_state = ""
+
+    def status_for(self, name: str) -> dict[str, Any]:
+        if not self.config.enabled:
+            return {"state": "disabled", "reason": "snapshot.enabled = false"}
+        if self._git is None:
+            return {"state": "disabled", "reason": self._git_problem}
+        s = self._states.get(name)
+        if s is None:
+            return {"state": "new"}
+        return {
+            "state": s.state,
+            "git_dir": str(s.repo.git_dir) if s.repo else None,
+            "commits": s.commits,
+            "last_commit": s.last_commit or None,
+            "last_commit_at": s.last_commit_at or None,
+            "last_reason": s.last_reason or None,
+            "last_error": s.last_error or None,
+            "pending": bool(s.dirty),
+            "push": {"state": s.push_state or None, "error": s.push_error or None} if self.config.remote else None,
+        }
+
+
+def _head_or_empty(repo: GitRepo) -> str:
+    try:
+        return repo.head()
+    except GitError:
+        return ""
