@@ -39,9 +39,10 @@ class Manager:
         return self.sock.recv(4096)
 
 
+# Socket paths must fit in 108 bytes: they live under the short directory `short_root` (tests/conftest.py).
 @pytest.fixture
-def manager(tmp_path: Path) -> Iterator[Manager]:
-    found = Manager(tmp_path / "notify")
+def manager(short_root: Path) -> Iterator[Manager]:
+    found = Manager(short_root / "notify")
     yield found
     found.sock.close()
 
@@ -63,7 +64,7 @@ def test_without_notify_socket_there_is_no_notifier(env: dict[str, str]) -> None
 
 
 @pytest.mark.parametrize("value", ["run/systemd/notify", "@", "vsock:2:1234"])
-def test_an_address_sd_notify_would_refuse_gives_no_notifier(value: str) -> None:
+def test_a_relative_empty_abstract_or_vsock_address_gives_no_notifier(value: str) -> None:
     assert Notifier.from_env({"NOTIFY_SOCKET": value}) is None
 
 
@@ -169,15 +170,15 @@ def test_a_vanished_manager_makes_send_return_false(
     assert any("WATCHDOG=1" in record.getMessage() for record in caplog.records)
 
 
-def test_a_manager_that_never_existed_makes_send_return_false(tmp_path: Path) -> None:
-    notifier = Notifier.from_env({"NOTIFY_SOCKET": str(tmp_path / "absent")})
+def test_a_manager_that_never_existed_makes_send_return_false(short_root: Path) -> None:
+    notifier = Notifier.from_env({"NOTIFY_SOCKET": str(short_root / "absent")})
     assert notifier is not None
     assert notifier.ready("up") is False
     notifier.close()
 
 
-def test_sending_recovers_when_the_manager_comes_back(tmp_path: Path) -> None:
-    path = tmp_path / "notify"
+def test_sending_recovers_when_the_manager_comes_back(short_root: Path) -> None:
+    path = short_root / "notify"
     notifier = Notifier.from_env({"NOTIFY_SOCKET": str(path)})
     assert notifier is not None
     assert notifier.watchdog() is False
@@ -209,9 +210,7 @@ def test_sending_recovers_when_the_manager_comes_back(tmp_path: Path) -> None:
         ({}, None),
     ],
 )
-def test_watchdog_interval_is_half_the_timeout_for_this_process(
-    env: dict[str, str], expected: float | None
-) -> None:
+def test_watchdog_interval_is_half_the_timeout_for_this_process(env: dict[str, str], expected: float | None) -> None:
     assert watchdog_interval(env, 4242) == expected
 
 
@@ -296,8 +295,8 @@ ACTIVATED_CHILD = """
 """
 
 
-def test_passed_sockets_are_returned_in_order_and_made_close_on_exec(tmp_path: Path) -> None:
-    paths = [str(tmp_path / "a.sock"), str(tmp_path / "b.sock")]
+def test_passed_sockets_are_returned_in_order_and_made_close_on_exec(short_root: Path) -> None:
+    paths = [str(short_root / "a.sock"), str(short_root / "b.sock")]
     result = run_child(ACTIVATED_CHILD, *paths)
     assert result["fds"] == [3, 4]
     assert result["names"] == paths
@@ -307,10 +306,10 @@ def test_passed_sockets_are_returned_in_order_and_made_close_on_exec(tmp_path: P
 
 
 def test_sockets_passed_to_another_pid_are_left_alone_but_the_variables_still_go(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    short_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CLAIM_PID", "1")
-    result = run_child(ACTIVATED_CHILD, str(tmp_path / "a.sock"))
+    result = run_child(ACTIVATED_CHILD, str(short_root / "a.sock"))
     assert result["fds"] == []
     assert result["inheritable"] == [True]
     assert result["left_in_environ"] == []

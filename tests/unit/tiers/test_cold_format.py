@@ -77,6 +77,12 @@ def test_lines_that_are_neither_headings_nor_learnings_are_prose() -> None:
     assert parse_memory(text) == []
 
 
+def test_a_byte_order_mark_does_not_hide_the_first_heading() -> None:
+    document = "\ufeff## A\r\n- [2024-01-01] a\r\n"
+    assert parse_memory(document) == [Learning("A", "2024-01-01", "a", 1)]
+    assert insert_learning(document, "A", "2024-04-01", "b") == "\ufeff## A\r\n- [2024-04-01] b\n- [2024-01-01] a\r\n"
+
+
 def test_an_unclosed_fence_does_not_hide_the_rest_of_the_file() -> None:
     text = "## A\n```\n## B\n- [2024-01-01] x\n"
     assert parse_memory(text) == [Learning("B", "2024-01-01", "x", 3)]
@@ -102,9 +108,7 @@ def test_a_learning_is_one_dated_bullet_line() -> None:
     assert render_learning("2024-03-15", "a\n## B") == "- [2024-03-15] a\\n## B\n"
 
 
-@pytest.mark.parametrize(
-    "day", ["2024-02-30", "2024-3-15", "20240315", "2024-03-15\n## x", "", "2024-03-1\u0665"]
-)
+@pytest.mark.parametrize("day", ["2024-02-30", "2024-3-15", "20240315", "2024-03-15\n## x", "", "2024-03-1\u0665"])
 def test_a_day_that_is_not_a_calendar_date_is_refused(day: str) -> None:
     with pytest.raises(ValueError):
         render_learning(day, "x")
@@ -133,10 +137,7 @@ def test_insertion_changes_no_other_byte_of_the_document() -> None:
 def test_a_section_without_learnings_gets_the_learning_right_after_its_heading() -> None:
     document = "# Agent Memory\n\n## Empty\nsome prose\n\n## Next\n- [2024-01-01] n\n"
     result = insert_learning(document, "Empty", "2024-04-01", "first")
-    assert (
-        result
-        == "# Agent Memory\n\n## Empty\n- [2024-04-01] first\nsome prose\n\n## Next\n- [2024-01-01] n\n"
-    )
+    assert result == "# Agent Memory\n\n## Empty\n- [2024-04-01] first\nsome prose\n\n## Next\n- [2024-01-01] n\n"
 
 
 def test_a_missing_category_is_appended_as_a_new_section_at_the_end() -> None:
@@ -218,11 +219,7 @@ def test_no_category_or_text_can_create_sections_or_learnings(hostile: str) -> N
     result = insert_learning(HAND_EDITED, hostile, "2024-04-01", hostile)
     after = parse_memory(result)
     assert len(after) == len(before) + 1
-    new = [
-        item
-        for item in after
-        if (item.category, item.date, item.text) == (hostile.strip(), "2024-04-01", hostile)
-    ]
+    new = [item for item in after if (item.category, item.date, item.text) == (hostile.strip(), "2024-04-01", hostile)]
     assert len(new) == 1
     assert {item.category for item in after} == {item.category for item in before} | {hostile.strip()}
     assert result.count("\n## ") + result.startswith("## ") <= HAND_EDITED.count("\n## ") + 1
@@ -238,9 +235,7 @@ categories = values.filter(lambda c: c.strip() != "")
 
 @settings(max_examples=300, deadline=None)
 @given(documents, categories, values)
-def test_insert_then_parse_finds_the_learning_first_in_its_category(
-    document: str, category: str, text: str
-) -> None:
+def test_insert_then_parse_finds_the_learning_first_in_its_category(document: str, category: str, text: str) -> None:
     result = insert_learning(document, category, "2024-04-01", text)
     expected_category = category.strip()
     before = parse_memory(document)

@@ -89,9 +89,7 @@ def test_day_header_is_an_activity_log_title_and_a_blank_line() -> None:
 
 
 def test_an_entry_renders_heading_fenced_details_result_and_a_blank_line() -> None:
-    entry = WarmEntry(
-        "09:12:03", "Refactored JWT", (("file", "auth/jwt.py"), ("lines_changed", "45")), "Success"
-    )
+    entry = WarmEntry("09:12:03", "Refactored JWT", (("file", "auth/jwt.py"), ("lines_changed", "45")), "Success")
     assert render_entry(entry) == (
         "### 09:12:03 - Refactored JWT\n```\nfile: auth/jwt.py\nlines_changed: 45\n```\nResult: Success\n\n"
     )
@@ -105,9 +103,7 @@ def test_an_empty_result_is_still_written() -> None:
     assert render_entry(WarmEntry("00:00:00", "a", result="")) == "### 00:00:00 - a\nResult: \n\n"
 
 
-@pytest.mark.parametrize(
-    "bad", ["12:00", "12:00:00 ", "12:00:00\n### 13:00:00 - x", "1\u0662:00:00", "", "ab:cd:ef"]
-)
+@pytest.mark.parametrize("bad", ["12:00", "12:00:00 ", "12:00:00\n### 13:00:00 - x", "1\u0662:00:00", "", "ab:cd:ef"])
 def test_a_time_that_is_not_hh_mm_ss_is_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         render_entry(WarmEntry(bad, "x"))
@@ -304,9 +300,7 @@ def test_rendered_entries_parse_back_exactly_from_a_crlf_copy(entries: list[Warm
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.one_of(st.text(), st.lists(st.sampled_from([*STRUCTURAL, "k", "\n```yaml\n", "\n\n"])).map("".join))
-)
+@given(st.one_of(st.text(), st.lists(st.sampled_from([*STRUCTURAL, "k", "\n```yaml\n", "\n\n"])).map("".join)))
 def test_parsing_never_raises(text: str) -> None:
     for entry in parse_day(text):
         assert isinstance(entry, WarmEntry)
