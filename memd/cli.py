@@ -39,44 +39,52 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket", help="daemon socket (default: $MEMD_SOCKET, then the config's server.socket)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON result")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The same options are accepted after the command too (`memd run --config FILE`, as units write it).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--socket", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    sub.add_parser("run", help="run the daemon in the foreground (what systemd starts)")
-    sub.add_parser("ping", help="check that the daemon answers")
-    sub.add_parser("status", help="daemon and per-workspace token usage")
-    sub.add_parser("workspaces", help="list workspaces")
-    sub.add_parser("reload", help="re-read the config (returns when done or failed)")
-    sub.add_parser("sockname", help="print the socket path the CLI would use")
+    def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
 
-    p = sub.add_parser("start-session", help="start or resume a session; prints the resume packet")
+    add("run", help="run the daemon in the foreground (what systemd starts)")
+    add("ping", help="check that the daemon answers")
+    add("status", help="daemon and per-workspace token usage")
+    add("workspaces", help="list workspaces")
+    add("reload", help="re-read the config (returns when done or failed)")
+    add("sockname", help="print the socket path the CLI would use")
+
+    p = add("start-session", help="start or resume a session; prints the resume packet")
     p.add_argument("workspace")
     p.add_argument("task", nargs="?")
     p.add_argument("--session-id")
     p.add_argument("--topic")
 
-    p = sub.add_parser("progress", help="update the current step, files and pending actions")
+    p = add("progress", help="update the current step, files and pending actions")
     p.add_argument("workspace")
     p.add_argument("--step")
     p.add_argument("--file", action="append", default=[], dest="files")
     p.add_argument("--add", action="append", default=[], dest="pending_add", help="add a pending action")
     p.add_argument("--done", action="append", default=[], dest="pending_done", help="mark a pending action done")
 
-    p = sub.add_parser("decide", help="record a decision")
+    p = add("decide", help="record a decision")
     p.add_argument("workspace")
     p.add_argument("action")
     p.add_argument("--reason", required=True)
     p.add_argument("--risk")
 
-    p = sub.add_parser("note", help="add a working-context note to the hot tier")
+    p = add("note", help="add a working-context note to the hot tier")
     p.add_argument("workspace")
     p.add_argument("text")
 
-    p = sub.add_parser("log", help="append an entry to today's warm log")
+    p = add("log", help="append an entry to today's warm log")
     p.add_argument("workspace")
     p.add_argument("action")
     p.add_argument("--detail", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--result")
 
-    p = sub.add_parser("learn", help="add a long-term learning to cold/MEMORY.md")
+    p = add("learn", help="add a long-term learning to cold/MEMORY.md")
     p.add_argument("workspace")
     p.add_argument("category")
     p.add_argument("text")
@@ -85,55 +93,62 @@ def build_parser() -> argparse.ArgumentParser:
         ("context", "print the assembled context"),
         ("memory", "relevant cold learnings"),
     ):
-        p = sub.add_parser(name, help=help_text)
+        p = add(name, help=help_text)
         p.add_argument("workspace")
         p.add_argument("--topic")
 
-    p = sub.add_parser("hot", help="print the hot tier")
+    p = add("hot", help="print the hot tier")
     p.add_argument("workspace")
-    p = sub.add_parser("recent", help="recent warm activity")
+    p = add("recent", help="recent warm activity")
     p.add_argument("workspace")
     p.add_argument("--days", type=int)
 
-    p = sub.add_parser("day", help="one day of warm activity (from warm/ or the archive)")
+    p = add("day", help="one day of warm activity (from warm/ or the archive)")
     p.add_argument("workspace")
     p.add_argument("date", help="YYYY-MM-DD")
 
-    p = sub.add_parser("sweep", help="run warm retention now (or list what it would remove)")
+    p = add("sweep", help="run warm retention now (or list what it would remove)")
     p.add_argument("workspace", nargs="?")
     p.add_argument("--dry-run", action="store_true")
 
-    p = sub.add_parser("snapshot", help="commit the workspace's state to its git history now")
+    p = add("snapshot", help="commit the workspace's state to its git history now")
     p.add_argument("workspace")
     p.add_argument("--reason")
 
-    p = sub.add_parser("history", help="snapshot commits, newest first")
+    p = add("history", help="snapshot commits, newest first")
     p.add_argument("workspace")
     p.add_argument("path", nargs="?")
     p.add_argument("--limit", type=int)
 
-    p = sub.add_parser("diff", help="diff between two snapshots (or one and now)")
+    p = add("diff", help="diff between two snapshots (or one and now)")
     p.add_argument("workspace")
     p.add_argument("rev")
     p.add_argument("rev2", nargs="?")
 
-    p = sub.add_parser("show", help="a file as it was at a snapshot: memd show WS REV:PATH")
+    p = add("show", help="a file as it was at a snapshot: memd show WS REV:PATH")
     p.add_argument("workspace")
     p.add_argument("spec", metavar="REV:PATH")
 
-    p = sub.add_parser("restore", help="restore paths to a snapshot, as a new commit")
+    p = add("restore", help="restore paths to a snapshot, as a new commit")
     p.add_argument("workspace")
     p.add_argument("rev")
     p.add_argument("paths", nargs="*")
 
-    p = sub.add_parser("push", help="push the workspace's snapshots to its remote now (after a divergence is fixed)")
+    p = add("push", help="push the workspace's snapshots to its remote now (after a divergence is fixed)")
     p.add_argument("workspace")
 
-    p = sub.add_parser("config", help="check or show the configuration")
+    p = add("checkpoint", help="compact hot context now: memd checkpoint WS | memd checkpoint show WS ID")
+    p.add_argument("words", nargs="+", metavar="WS | show WS ID")
+    p.add_argument("--if-needed", action="store_true", help="only when over the threshold and not backing off")
+
+    p = add("checkpoints", help="list a workspace's checkpoints")
+    p.add_argument("workspace")
+
+    p = add("config", help="check or show the configuration")
     config_sub = p.add_subparsers(dest="config_command", required=True)
-    c = config_sub.add_parser("check", help="validate a config file")
+    c = config_sub.add_parser("check", parents=[common], help="validate a config file")
     c.add_argument("file", nargs="?")
-    config_sub.add_parser("show", help="print the effective config as TOML")
+    config_sub.add_parser("show", parents=[common], help="print the effective config as TOML")
     return parser
 
 
@@ -164,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemdError as exc:
         print(f"memd: error {exc.code}: {exc.message}", file=sys.stderr)
         return EXIT_ERROR
+    except OSError as exc:  # the socket broke mid-call (daemon killed, timeout)
+        print(f"memd: lost the connection to memd: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return 130
 
@@ -247,6 +265,17 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
         result = client.call("snapshot.restore", **_drop_none(workspace=ws, rev=args.rev, paths=args.paths))
     elif cmd == "push":
         result = client.call("snapshot.push", workspace=ws)
+    elif cmd == "checkpoint":
+        words = args.words
+        if words[0] == "show" and len(words) == 3:
+            cmd = "checkpoint-show"
+            result = client.call("checkpoint.show", workspace=words[1], id=words[2])
+        elif len(words) == 1:
+            result = client.call("checkpoint.run", workspace=words[0], force=not args.if_needed)
+        else:
+            raise MemdError("usage: memd checkpoint WS  |  memd checkpoint show WS ID")
+    elif cmd == "checkpoints":
+        result = client.call("checkpoint.list", workspace=ws)
     else:  # argparse only admits the commands above
         raise AssertionError(cmd)
     try:
@@ -307,6 +336,24 @@ def _human(cmd: str, result: Any) -> str:
         return str(result["rendered"])
     if cmd == "memory":
         return str(result["text"] or "(no relevant learnings)")
+    if cmd == "checkpoint":
+        r = result["checkpoint"]
+        return f"checkpoint {r['id']}: hot {r['tokens_before']} -> {r['tokens_after']} tokens ({r['backend']})"
+    if cmd == "checkpoints":
+        return (
+            "\n".join(
+                f"{r['id']}  {r['at']}  {r['tokens_before']} -> {r['tokens_after']}  {r['backend']}"
+                f"  pre {str(r['pre_commit'])[:10]}"
+                for r in result["checkpoints"]
+            )
+            or "(no checkpoints)"
+        )
+    if cmd == "checkpoint-show":
+        originals = "\n".join(
+            f"- [{e['kind']}] {e.get('text') or e.get('action', '')}" for e in result["original_entries"]
+        )
+        replaced = len(result["original_entries"])
+        return f"{result['summary']}\n-- replaced {replaced} entries:\n{originals}\n-- undo: {result['undo']}"
     if cmd == "history":
         return (
             "\n".join(
@@ -326,6 +373,15 @@ def _human(cmd: str, result: Any) -> str:
             f"{r['workspace']}: {'would remove' if r['dry_run'] else r['mode'] + 'd'} "
             f"{', '.join(r['expired'] if r['dry_run'] else r['removed']) or 'nothing'}"
             for r in result["results"]
+        )
+    if cmd == "recent":
+        return (
+            "\n".join(
+                f"{day['date']} {e['time']}  {e['action']}" + (f"  -> {e['result']}" if "result" in e else "")
+                for day in result["days"]
+                for e in day["entries"]
+            )
+            or "(no recent activity)"
         )
     if cmd == "day":
         return (

@@ -1,6 +1,6 @@
 """A synchronous client for memd's socket protocol (what the CLI and Python agents use).
 
-    with Client(resolve_socket(None, os.environ)) as memd:
+    with Client(resolve_socket(None, os.environ, load_config(None, os.environ))) as memd:
         memd.call("warm.log", workspace="default", action="ran tests", result="ok")
 
 Errors come back as MemdError subclasses carrying the daemon's stable code. Imports memd.protocol, memd.config
@@ -112,8 +112,16 @@ class Client:
         """Send one request and return its result (raises MemdError on an error response)."""
         request_id = next(self._ids)
         sock = self._connect()
-        sock.sendall(encode_request(method, params, request_id))
+        try:
+            sock.sendall(encode_request(method, params, request_id))
+        except (BrokenPipeError, ConnectionResetError):
+            # memd may have refused the connection (access, capacity) and hung up: its reason is waiting here.
+            response = self._read_response()
+            err = response.get("error") or {}
+            raise error_from(int(err.get("code", 0)), str(err.get("message", "")), err.get("data")) from None
         response = self._read_response()
+        while response.get("id") != request_id and response.get("id") is not None:
+            response = self._read_response()  # the late answer to an earlier call that timed out
         if "error" in response:
             err = response["error"]
             raise error_from(int(err.get("code", 0)), str(err.get("message", "")), err.get("data"))
@@ -126,7 +134,10 @@ class Client:
     def _read_response(self) -> dict[str, Any]:
         assert self._sock is not None
         while b"\n" not in self._buffer:
-            chunk = self._sock.recv(65536)
+            try:
+                chunk = self._sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
             if not chunk:
                 self.close()
                 raise errors.Unavailable("memd closed the connection before answering (see its log)")

@@ -7,6 +7,7 @@ Unknown keys are errors naming the full key path; every problem is collected, no
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tomllib
@@ -96,6 +97,14 @@ class LlmConfig:
 
 
 @dataclass(frozen=True)
+class CheckpointConfig:
+    keep_decisions: int = 3
+    recent_share: float = 0.2
+    backoff_seconds: float = 60.0
+    backoff_max_seconds: float = 21600.0
+
+
+@dataclass(frozen=True)
 class DiscoveryConfig:
     roots: tuple[Path, ...] = ()
 
@@ -136,6 +145,7 @@ class Config:
     warm: WarmConfig = field(default_factory=WarmConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
@@ -153,6 +163,7 @@ _SECTIONS: dict[str, type] = {
     "warm": WarmConfig,
     "snapshot": SnapshotConfig,
     "llm": LlmConfig,
+    "checkpoint": CheckpointConfig,
     "discovery": DiscoveryConfig,
     "watch": WatchConfig,
     "jobs": JobsConfig,
@@ -186,12 +197,10 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str], source: Path | 
         merged = {**defaults.get(name, {}), **_as_table(raw.get(name, {}), name, errors)}
         sections[name] = _build(cls, merged, name, env, errors)
     workspaces = _parse_workspaces(raw, env, sections, errors, embedded=source is None and not raw)
-    if errors:
-        raise ConfigError(errors)
     config = Config(**sections, workspaces=workspaces, source=source)
     _validate(config, errors)
     if errors:
-        raise ConfigError(errors)
+        raise ConfigError(list(dict.fromkeys(errors)))
     return config
 
 
@@ -200,6 +209,7 @@ def config_to_toml(config: Config) -> str:
     out: dict[str, Any] = {}
     for name in _SECTIONS:
         out[name] = _to_plain(getattr(config, name))
+    out["server"]["socket_mode"] = f"{config.server.socket_mode:04o}"
     out["workspaces"] = {}
     for name, ws in config.workspaces.items():
         entry: dict[str, Any] = {"path": str(ws.path)}
@@ -262,8 +272,8 @@ def _parse_workspaces(
             errors.append(f"{where}.path: missing (the workspace directory)")
             continue
         path = _convert(Path, body["path"], f"{where}.path", env, errors)
-        budget_raw = {**_to_plain(sections["budget"]), **_as_table(body.get("budget", {}), where, errors)}
-        warm_raw = {**_to_plain(sections["warm"]), **_as_table(body.get("warm", {}), where, errors)}
+        budget_raw = {**_to_plain(sections["budget"]), **_as_table(body.get("budget", {}), f"{where}.budget", errors)}
+        warm_raw = {**_to_plain(sections["warm"]), **_as_table(body.get("warm", {}), f"{where}.warm", errors)}
         result[name] = WorkspaceConfig(
             name=name,
             path=path,
@@ -368,6 +378,27 @@ def _to_plain(value: Any) -> Any:
 
 
 def _validate(config: Config, errors: list[str]) -> None:
+    """Range and consistency checks. Each runs on its own, so a wrongly typed value (already reported) cannot
+    hide the other problems."""
+    for check in (_validate_server, _validate_tiers, _validate_jobs):
+        with contextlib.suppress(TypeError, ValueError):
+            check(config, errors)
+
+
+def _validate_tiers(config: Config, errors: list[str]) -> None:
+    _safely(_validate_budget, config.budget, "budget", errors)
+    _safely(_validate_warm, config.warm, "warm", errors)
+    for name, ws in config.workspaces.items():
+        _safely(_validate_budget, ws.budget, f"workspaces.{name}.budget", errors)
+        _safely(_validate_warm, ws.warm, f"workspaces.{name}.warm", errors)
+
+
+def _safely(check: Any, section: Any, where: str, errors: list[str]) -> None:
+    with contextlib.suppress(TypeError, ValueError):
+        check(section, where, errors)
+
+
+def _validate_server(config: Config, errors: list[str]) -> None:
     s = config.server
     if not 0 <= s.socket_mode <= 0o777:
         errors.append("server.socket_mode: must be a permission mode between 0000 and 0777")
@@ -382,11 +413,9 @@ def _validate(config: Config, errors: list[str]) -> None:
     _positive(errors, "server.request_timeout_seconds", s.request_timeout_seconds)
     _positive(errors, "server.max_pending_writes", s.max_pending_writes)
     _positive(errors, "daemon.shutdown_timeout_seconds", config.daemon.shutdown_timeout_seconds)
-    _validate_budget(config.budget, "budget", errors)
-    _validate_warm(config.warm, "warm", errors)
-    for name, ws in config.workspaces.items():
-        _validate_budget(ws.budget, f"workspaces.{name}.budget", errors)
-        _validate_warm(ws.warm, f"workspaces.{name}.warm", errors)
+
+
+def _validate_jobs(config: Config, errors: list[str]) -> None:
     snap = config.snapshot
     _positive(errors, "snapshot.settle_seconds", snap.settle_seconds)
     if snap.max_wait_seconds < snap.settle_seconds:
@@ -402,12 +431,21 @@ def _validate(config: Config, errors: list[str]) -> None:
         errors.append("watch.max_wait_seconds: must be at least watch.settle_seconds")
     for key in ("budget_scan_interval_seconds", "misfire_grace_seconds", "job_timeout_seconds"):
         _positive(errors, f"jobs.{key}", getattr(config.jobs, key))
+    cp = config.checkpoint
+    if cp.keep_decisions < 0:
+        errors.append("checkpoint.keep_decisions: must be 0 or more")
+    if not 0 <= cp.recent_share < 1:
+        errors.append("checkpoint.recent_share: must be in [0, 1)")
+    _positive(errors, "checkpoint.backoff_seconds", cp.backoff_seconds)
+    if cp.backoff_max_seconds < cp.backoff_seconds:
+        errors.append("checkpoint.backoff_max_seconds: must be at least checkpoint.backoff_seconds")
     llm = config.llm
     _positive(errors, "llm.timeout_seconds", llm.timeout_seconds)
     _positive(errors, "llm.deadline_seconds", llm.deadline_seconds)
     if llm.max_retries < 0:
         errors.append("llm.max_retries: must be 0 or more")
-    if llm.backend == "openai" and not llm.base_url and not llm.model:
+    _positive(errors, "llm.max_tokens_per_day", llm.max_tokens_per_day)
+    if llm.backend == "openai" and not llm.model:
         errors.append("llm.model: required when llm.backend = 'openai'")
 
 
@@ -433,7 +471,7 @@ def _validate_warm(w: WarmConfig, where: str, errors: list[str]) -> None:
         errors.append(f"{where}.sweep_cron: expected 5 crontab fields (minute hour day month weekday)")
 
 
-def _positive(errors: list[str], where: str, value: float, minimum: float = 0) -> None:
+def _positive(errors: list[str], where: str, value: Any, minimum: float = 0) -> None:
     if isinstance(value, int | float) and not isinstance(value, bool) and value <= minimum and minimum == 0:
         errors.append(f"{where}: must be greater than 0")
     elif isinstance(value, int | float) and minimum and value < minimum:

@@ -26,6 +26,7 @@ class Section:
     usage: TierUsage
     items: int  # entries or learnings included
     omitted: int  # entries or learnings left out to stay within budget
+    learnings: tuple[Learning, ...] = ()  # for the cold section: exactly the learnings included
 
 
 def render_hot(doc: HotDoc, counter: TokenCounter, budget: int) -> Section:
@@ -92,16 +93,18 @@ def render_cold(learnings: list[Learning], counter: TokenCounter, budget: int) -
     heading = "# Relevant Learnings\n"
     used = counter.count_piece(heading)
     lines: list[str] = []
+    kept: list[Learning] = []
     for learning in learnings:
         prefix = f"[{learning.category}] " if learning.category else ""
         line = cold_format.render_learning(learning.date, prefix + learning.text)
         cost = counter.count_piece(line)
         if used + cost > budget:
-            continue
+            continue  # a shorter, less relevant learning may still fit
         used += cost
         lines.append(line)
+        kept.append(learning)
     text = heading + "".join(lines) if lines else ""
-    return Section(text, TierUsage(counter.count(text), budget), len(lines), len(learnings) - len(lines))
+    return Section(text, TierUsage(counter.count(text), budget), len(lines), len(learnings) - len(lines), tuple(kept))
 
 
 def recent_warm(ws: Workspace, days: int) -> list[tuple[date, list[WarmEntry]]]:

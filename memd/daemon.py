@@ -25,14 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from memd import __version__, notify
+from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
 from memd.errors import ConfigError, MemdError
 from memd.handlers import Call, Peer, dispatch
 from memd.jobs import Jobs
+from memd.llm import OpenAISummarizer
 from memd.protocol import Request
 from memd.registry import Registry
 from memd.server import Limits, Server
 from memd.snapshots import Snapshotter
+from memd.summarizer import ExtractiveSummarizer, Summarizer
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -58,10 +61,23 @@ class Daemon:
         self.own_uid = os.getuid()
         self.clock = SystemClock()
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-io")
+        # git has its own threads: a slow or hung git (timeouts up to a minute) must never delay an fsync.
+        self.git_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memd-git")
         self._counters: dict[str, TokenCounter] = {}
-        self.snapshots = Snapshotter(config.snapshot, config.daemon.state_dir, self.io, config.snapshot.adopt_existing)
+        self.snapshots = Snapshotter(
+            config.snapshot, config.daemon.state_dir, self.git_io, config.snapshot.adopt_existing
+        )
         self.registry = Registry(config, self._open_workspace)
         self.registry.listeners.append(self.snapshots.on_change)
+        self.checkpoints = Checkpointer(
+            config.checkpoint,
+            self._summarizer(config),
+            self.snapshots,
+            config.llm.max_tokens_per_day,
+            config.llm.deadline_seconds,
+            time.monotonic,
+        )
+        self.registry.listeners.append(self.checkpoints.on_change)
         self.jobs = Jobs(config.jobs, config.daemon.state_dir / "jobs.json")
         self._signals: asyncio.Queue[int] = asyncio.Queue()
         self._stop = asyncio.Event()
@@ -110,6 +126,7 @@ class Daemon:
             "file_errors": errors,
             "last_sweep": ws.last_sweep or None,
             "snapshot": self.snapshots.status_for(ws.name),
+            "checkpoint": self.checkpoints.status_for(ws.name),
         }
 
     async def reload(self) -> dict[str, Any]:
@@ -174,6 +191,8 @@ class Daemon:
             self.server.stop_accepting()
         self.jobs.shutdown()
         with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.checkpoints.drain(), min(timeout, 5.0))
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.registry.close(), timeout)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.snapshots.flush("shutdown"), timeout)
@@ -181,6 +200,7 @@ class Daemon:
             await self.server.drain(timeout=1.0)
         self._remove_socket()
         self.io.shutdown(wait=True)
+        self.git_io.shutdown(wait=False, cancel_futures=True)
         if self.notifier is not None:
             self.notifier.close()
         log.info("memd stopped")
@@ -195,7 +215,12 @@ class Daemon:
 
     def _authorize(self, peer: Peer) -> bool:
         s = self.config.server
-        return peer.uid in (0, self.own_uid) or peer.uid in s.allowed_uids or peer.gid in s.allowed_gids
+        return (
+            peer.uid in (0, self.own_uid)
+            or peer.uid in s.allowed_uids
+            or peer.gid in s.allowed_gids
+            or any(g in s.allowed_gids for g in peer.groups)
+        )
 
     def _counter(self, encoding: str) -> TokenCounter:
         if encoding not in self._counters:
@@ -239,13 +264,26 @@ class Daemon:
         return self.registry.reconcile()
 
     async def _budget_scan(self) -> dict[str, Any]:
-        over = {}
-        for name, ws in self.registry.workspaces.items():
+        """Catch what the write path missed (outside edits): schedule checkpoints for hot tiers over threshold."""
+        over: dict[str, Any] = {}
+        for name, ws in list(self.registry.workspaces.items()):
             ws.refresh()
-            usage = ws.usage()
-            if usage["hot"].tokens >= ws.config.budget.checkpoint_threshold * ws.config.budget.hot:
-                over[name] = usage["hot"].as_dict()
+            if self.checkpoints.over_threshold(ws):
+                over[name] = {"hot": ws.usage()["hot"].as_dict(), "scheduled": self.checkpoints.maybe_schedule(ws)}
         return {"over_threshold": over}
+
+    def _summarizer(self, config: Config) -> Summarizer:
+        llm = config.llm
+        if llm.backend == "openai":
+            return OpenAISummarizer(
+                base_url=llm.base_url,
+                model=llm.model,
+                api_key=self.env.get(llm.api_key_env, ""),
+                timeout=llm.timeout_seconds,
+                max_retries=llm.max_retries,
+                redact_secrets=llm.redact_secrets,
+            )
+        return ExtractiveSummarizer(self._counter(config.budget.encoding))
 
     def _open_workspace(self, ws_config: WorkspaceConfig) -> Workspace:
         ws = Workspace(
@@ -268,22 +306,36 @@ class Daemon:
         return ws
 
     async def _apply(self, new: Config) -> None:
-        for ws_config in new.workspaces.values():  # fail before changing anything (e.g. a bad encoding)
+        """Swap in a parsed config. Whatever can fail (token data, a new socket) is done before anything changes."""
+        for ws_config in new.workspaces.values():
             self._counter(ws_config.budget.encoding)
-        await self.registry.apply(new)
-        self.snapshots.prune(set(self.registry.workspaces))
-        self.jobs.config = new.jobs
-        self._schedule_jobs()
-        old_server = self.config.server
-        self.config = new
+        summarizer = self._summarizer(new)
+        opened = self.registry.prepare(new)
         assert self.server is not None
-        self.server.limits = _limits(new.server)
+        old_server = self.config.server
         if new.server.socket != old_server.socket and not self._activated:
             sock = self._listening_socket(new.server, previous=self._socket_path)
             old = self.server
             self.server = Server(self._dispatch, self._authorize, _limits(new.server))
             await self.server.start(sock)
             old.stop_accepting()
+        elif not self._activated and self._socket_path is not None:
+            if new.server.socket_group != old_server.socket_group and new.server.socket_group:
+                os.chown(self._socket_path, -1, _gid(new.server.socket_group))
+            os.chmod(self._socket_path, new.server.socket_mode)
+        self.config = new
+        self.server.limits = _limits(new.server)
+        await self.registry.apply(new, opened)
+        for ws in self.registry.workspaces.values():
+            ws.max_pending = new.server.max_pending_writes
+        self.snapshots.reconfigure(new.snapshot)
+        self.snapshots.prune(set(self.registry.workspaces))
+        self.checkpoints.summarizer = summarizer
+        self.checkpoints.config = new.checkpoint
+        self.checkpoints.max_tokens_per_day = new.llm.max_tokens_per_day
+        self.checkpoints.deadline_seconds = new.llm.deadline_seconds
+        self.jobs.config = new.jobs
+        self._schedule_jobs()
 
     def _take_lock(self) -> None:
         state = self.config.daemon.state_dir
@@ -293,7 +345,7 @@ class Daemon:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = _lock_holder(fd)
             os.close(fd)
             raise StartupError(
                 f"another memd (pid {holder}) is already running on state dir {state}; stop it first"
@@ -355,6 +407,24 @@ class Daemon:
             self.notifier.send(*lines)
 
 
+def _lock_holder(fd: int) -> str:
+    """The pid the running daemon wrote into the lock file. It writes it just after taking the lock, so a
+    loser racing it may look too early: wait briefly for a pid that is alive."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if text.isdigit():
+            try:
+                os.kill(int(text), 0)
+                return text
+            except ProcessLookupError:
+                pass  # the previous holder, dead: the new one has not written yet
+            except PermissionError:
+                return text
+        time.sleep(0.01)
+    return "unknown: the holder did not record its pid (find it with `fuser -v memd.lock`)"
+
+
 def _limits(server: ServerConfig) -> Limits:
     return Limits(
         server.max_request_bytes,
@@ -398,4 +468,5 @@ async def run_daemon(config_path: Path | None, env: MutableMapping[str, str]) ->
         return await daemon.run()
     except StartupError:
         daemon.io.shutdown(wait=False)
+        daemon.git_io.shutdown(wait=False)
         raise

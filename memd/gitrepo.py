@@ -173,6 +173,8 @@ class GitRepo:
         """Create the repository on first use (memd-managed, with what it must ignore)."""
         if (self.git_dir / "HEAD").exists():
             return
+        if not self.work_tree.is_dir():
+            raise GitError(f"workspace directory {self.work_tree} is gone; not creating a repository for it")
         self.git_dir.parent.mkdir(parents=True, exist_ok=True)
         self.run("init", "--quiet", f"--initial-branch={branch}")
         self.run("config", "memd.managed", "true")

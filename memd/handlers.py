@@ -3,7 +3,8 @@
 Each function validates its params at this edge, then works on a Workspace. Writes go through
 `Workspace.write` with an edit of the batch draft and return the workspace's token usage once durable.
 Handlers never see sockets or config files; the daemon provides what they need through `Services`.
-Imports memd.context, memd.workspace, the tier formats, memd.params and memd.errors.
+Imports memd.checkpoint, memd.snapshots, memd.context, memd.workspace, the tier formats, memd.params and
+memd.errors.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import date
 from typing import Any, Literal, Protocol
 
 from memd import __version__
+from memd.checkpoint import Checkpointer
 from memd.context import build_context, recent_warm, render_cold
 from memd.errors import AccessDenied, InvalidParams, MethodNotFound, UnknownWorkspace
 from memd.params import MAX_LABEL, Params
@@ -33,6 +35,7 @@ class Peer:
     pid: int
     uid: int
     gid: int
+    groups: tuple[int, ...] = ()
 
 
 class Services(Protocol):
@@ -40,6 +43,7 @@ class Services(Protocol):
 
     own_uid: int
     snapshots: Snapshotter
+    checkpoints: Checkpointer
 
     def workspaces(self) -> Mapping[str, Workspace]: ...
 
@@ -62,16 +66,16 @@ Handler = Callable[[Call, Mapping[str, Any]], Awaitable[Any]]
 def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspace:
     name = raw.get("workspace")
     if not isinstance(name, str) or not name:
-        raise UnknownWorkspace("missing parameter 'workspace' (a workspace name; see workspace.list)")
+        raise InvalidParams(
+            "missing parameter 'workspace' (a workspace name; see workspace.list)", data={"param": "workspace"}
+        )
     ws = call.services.workspaces().get(name)
     if ws is None:
         raise UnknownWorkspace(
             f"no workspace named {name!r}; configured and discovered: {', '.join(sorted(call.services.workspaces()))}",
             data={"workspace": name},
         )
-    allowed = ws.config.writers if access == "write" else (*ws.config.readers, *ws.config.writers)
-    privileged = call.peer.uid in (0, call.services.own_uid)
-    if (ws.config.writers or ws.config.readers) and not privileged and call.peer.uid not in allowed:
+    if not may_access(call, ws, access):
         raise AccessDenied(
             f"uid {call.peer.uid} may not {'write to' if access == 'write' else 'read'} workspace {name!r}",
             data={"workspace": name, "uid": call.peer.uid},
@@ -79,6 +83,18 @@ def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspa
     if access == "read":
         ws.refresh()
     return ws
+
+
+def privileged(call: Call) -> bool:
+    return call.peer.uid in (0, call.services.own_uid)
+
+
+def may_access(call: Call, ws: Workspace, access: Access) -> bool:
+    """Per-workspace rules: with `writers`/`readers` lists set, only those uids (and root, memd's own uid)."""
+    if privileged(call) or not (ws.config.writers or ws.config.readers):
+        return True
+    allowed = ws.config.writers if access == "write" else (*ws.config.readers, *ws.config.writers)
+    return call.peer.uid in allowed
 
 
 def _result_with_usage(ws: Workspace, result: dict[str, Any]) -> dict[str, Any]:
@@ -96,7 +112,11 @@ async def ping(call: Call, raw: Mapping[str, Any]) -> Any:
 
 async def status(call: Call, raw: Mapping[str, Any]) -> Any:
     Params(raw, frozenset())
-    return call.services.status()
+    result = call.services.status()
+    if not privileged(call):  # others see only the workspaces they may read
+        visible = {n for n, ws in call.services.workspaces().items() if may_access(call, ws, "read")}
+        result["workspaces"] = {n: v for n, v in result["workspaces"].items() if n in visible}
+    return result
 
 
 async def workspace_list(call: Call, raw: Mapping[str, Any]) -> Any:
@@ -105,6 +125,7 @@ async def workspace_list(call: Call, raw: Mapping[str, Any]) -> Any:
         "workspaces": [
             {"name": name, "path": str(ws.root), "usage": ws.usage_dict()}
             for name, ws in sorted(call.services.workspaces().items())
+            if may_access(call, ws, "read")
         ]
     }
 
@@ -126,7 +147,12 @@ async def session_start(call: Call, raw: Mapping[str, Any]) -> Any:
 
     def edit(draft: Draft) -> tuple[hot_format.HotDoc, bool, str]:
         before = draft.edit_hot()
-        sid = session_id or f"sess-{draft.local.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        resuming = task is None or task == before.get("task")
+        sid = (
+            session_id
+            or (str(before.get("session_id") or "") if resuming else "")
+            or f"sess-{draft.local.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        )
         after, resumed = hot_format.start_session(before, task, sid, draft.now)
         draft.set_hot(after)
         details = [("session_id", sid), ("task", str(after.get("task") or ""))]
@@ -161,15 +187,16 @@ def _resume_packet(ws: Workspace, doc: hot_format.HotDoc, topic: str) -> dict[st
             if len(activity) >= RECENT_ACTIVITY:
                 break
             activity.append(_entry_json(day.isoformat(), entry))
-    learnings = render_cold(cold_format.relevant(ws.cold.learnings, topic or None), ws.counter, ws.config.budget.cold)
-    relevant = cold_format.relevant(ws.cold.learnings, topic or None)[: learnings.items]
+    relevant = render_cold(cold_format.relevant(ws.cold.learnings, topic or None), ws.counter, ws.config.budget.cold)
     return {
         "task": doc.get("task", ""),
         "current_step": doc.get("current_step", ""),
         "pending_actions": doc.get("pending_actions", []),
         "files_modified": doc.get("files_modified", []),
         "recent_decisions": (doc.get("decisions") or [])[-RECENT_DECISIONS:],
-        "relevant_learnings": [{"category": lr.category, "date": lr.date, "text": lr.text} for lr in relevant],
+        "relevant_learnings": [
+            {"category": lr.category, "date": lr.date, "text": lr.text} for lr in relevant.learnings
+        ],
         "recent_activity": activity,
         "context": build_context(ws, topic or None),
     }
@@ -309,7 +336,7 @@ async def retention_sweep(call: Call, raw: Mapping[str, Any]) -> Any:
     name = None
     if raw.get("workspace") is not None:
         name = workspace_for(call, raw, "write").name
-    elif call.peer.uid not in (0, call.services.own_uid):
+    elif not privileged(call):
         raise AccessDenied("sweeping every workspace needs the daemon's uid or root; name a workspace")
     return await call.services.sweep(name, dry_run)
 
@@ -339,9 +366,7 @@ async def cold_get(call: Call, raw: Mapping[str, Any]) -> Any:
     return _result_with_usage(
         ws,
         {
-            "learnings": [
-                {"category": lr.category, "date": lr.date, "text": lr.text} for lr in relevant[: section.items]
-            ],
+            "learnings": [{"category": lr.category, "date": lr.date, "text": lr.text} for lr in section.learnings],
             "omitted": section.omitted,
             "text": section.text,
         },
@@ -404,10 +429,36 @@ async def snapshot_push(call: Call, raw: Mapping[str, Any]) -> Any:
     return {"result": results.get(ws.name, "nothing to push"), "snapshot": call.services.snapshots.status_for(ws.name)}
 
 
+# --- checkpoints ----------------------------------------------------------------------------------------------
+
+
+async def checkpoint_run(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "force"}))
+    ws = workspace_for(call, raw, "write")
+    force = p.flag("force", default=True)
+    record = await call.services.checkpoints.run(ws, force=force)
+    return _result_with_usage(ws, {"checkpoint": record})
+
+
+async def checkpoint_list(call: Call, raw: Mapping[str, Any]) -> Any:
+    Params(raw, frozenset({"workspace"}))
+    ws = workspace_for(call, raw, "read")
+    return {
+        "checkpoints": list(ws.hot.doc.get("checkpoints") or []),
+        "status": call.services.checkpoints.status_for(ws.name),
+    }
+
+
+async def checkpoint_show(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "id"}))
+    ws = workspace_for(call, raw, "read")
+    return await call.services.checkpoints.show(ws, p.text("id", max_len=MAX_LABEL))
+
+
 METHODS: dict[str, tuple[Handler, Access]] = {
     "ping": (ping, "public"),
-    "status": (status, "admin"),
-    "workspace.list": (workspace_list, "admin"),
+    "status": (status, "read"),
+    "workspace.list": (workspace_list, "read"),
     "config.reload": (config_reload, "admin"),
     "session.start": (session_start, "write"),
     "progress.update": (progress_update, "write"),
@@ -427,6 +478,9 @@ METHODS: dict[str, tuple[Handler, Access]] = {
     "history.list": (history_list, "read"),
     "history.show": (history_show, "read"),
     "history.diff": (history_diff, "read"),
+    "checkpoint.run": (checkpoint_run, "write"),
+    "checkpoint.list": (checkpoint_list, "read"),
+    "checkpoint.show": (checkpoint_show, "read"),
 }
 
 
@@ -434,4 +488,7 @@ async def dispatch(call: Call, method: str, params: Mapping[str, Any]) -> Any:
     entry = METHODS.get(method)
     if entry is None:
         raise MethodNotFound(f"unknown method {method!r}; see docs/protocol.md for the list", data={"method": method})
-    return await entry[0](call, params)
+    handler, access = entry
+    if access == "admin" and not privileged(call):
+        raise AccessDenied(f"{method} is for root or memd's own uid, not uid {call.peer.uid}", data={"method": method})
+    return await handler(call, params)

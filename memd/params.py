@@ -56,7 +56,7 @@ class Params:
         for k, v in value.items():
             self._check_text(f"{key}.{k}", k, MAX_LABEL, True)
             if isinstance(v, str):
-                out.append((k, v))
+                out.append((k, self._check_text(f"{key}.{k}", v, None, True)))
             elif v is None or isinstance(v, bool | int | float):
                 # Scalars are written as their JSON text; they read back as strings (docs/format.md).
                 out.append((k, "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)))
@@ -91,4 +91,10 @@ class Params:
             raise InvalidParams(f"parameter {key!r} is longer than {max_len} characters", data={"param": key})
         if "\x00" in value:
             raise InvalidParams(f"parameter {key!r} contains a NUL character", data={"param": key})
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidParams(
+                f"parameter {key!r} contains a lone surrogate (\\ud800-\\udfff), which is not text", data={"param": key}
+            ) from None
         return value

@@ -43,7 +43,8 @@ class ProtocolError(MemdError):
 
 def parse_request(line: bytes) -> Request:
     try:
-        obj = json.loads(line)
+        # Strict UTF-8 first: json.loads would guess UTF-16/32 from raw bytes and accept encoded surrogates.
+        obj = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError:
         raise ProtocolError(PARSE_ERROR, "request is not valid UTF-8") from None
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:

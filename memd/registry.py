@@ -77,7 +77,9 @@ class Registry:
             self.watcher.stop()
 
     def add(self, ws_config: WorkspaceConfig) -> Workspace:
-        ws = self._factory(ws_config)
+        return self._register(self._factory(ws_config))
+
+    def _register(self, ws: Workspace) -> Workspace:
         self.workspaces[ws.name] = ws
         self._by_root[ws.root] = ws.name
         ws.on_commit = self._on_commit
@@ -94,25 +96,33 @@ class Registry:
             self.watcher.unwatch(ws.root)
         await ws.close()
 
-    async def apply(self, new: Config) -> None:
-        """Take a reloaded config: drop, add or reconfigure workspaces (discovered ones are re-derived)."""
+    def prepare(self, new: Config) -> dict[str, Workspace]:
+        """Open the workspaces a reload adds or moves, before anything changes. Raises if one cannot be opened."""
+        opened: dict[str, Workspace] = {}
+        for name, wanted in new.workspaces.items():
+            current = self.workspaces.get(name)
+            if current is None or self._replaced(current, wanted):
+                opened[name] = self._factory(wanted)
+        return opened
+
+    @staticmethod
+    def _replaced(current: Workspace, wanted: WorkspaceConfig) -> bool:
+        return wanted.path != current.root or wanted.budget.encoding != current.config.budget.encoding
+
+    async def apply(self, new: Config, opened: dict[str, Workspace]) -> None:
+        """Swap in a reloaded config with the workspaces `prepare` opened (cannot fail half-way)."""
         self.config = new
+        for debouncer in (self._debounce, self._discovery_debounce):
+            debouncer.settle, debouncer.max_wait = new.watch.settle_seconds, new.watch.max_wait_seconds
         for name in list(self.workspaces):
-            current = self.workspaces[name]
             wanted = new.workspaces.get(name)
-            if name in self.discovered and wanted is None:
-                continue
-            if (
-                wanted is None
-                or wanted.path != current.root
-                or wanted.budget.encoding != current.config.budget.encoding
-            ):
+            if name in opened or (wanted is None and name not in self.discovered):
                 await self.remove(name)
-            else:
-                current.reconfigure(wanted)
-        for name, ws_config in new.workspaces.items():
-            if name not in self.workspaces:
-                self.add(ws_config)
+            elif wanted is not None:
+                self.discovered.discard(name)  # configured now: the config's settings win
+                self.workspaces[name].reconfigure(wanted)
+        for ws in opened.values():
+            self._register(ws)
         for name in list(self.discovered):
             ws = self.workspaces[name]
             ws.reconfigure(new.workspace_for_discovered(name, ws.root))
@@ -171,10 +181,10 @@ class Registry:
     def _hint(self, root: Path, tier: str) -> None:
         self.stats.hints += 1
         name = self._by_root.get(root)
-        if name is not None:
+        if name is not None and tier:
             self._debounce.poke(name, tier)
-        elif any(root.parent == r for r in self.config.discovery.roots):
-            self._discovery_debounce.poke(root.parent)
+        if root.parent in self.config.discovery.roots and (name is None or not tier):
+            self._discovery_debounce.poke(root.parent)  # a workspace directory appeared or went away
 
     def _adopt(self, name: str, _reasons: set[str]) -> None:
         ws = self.workspaces.get(name)

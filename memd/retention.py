@@ -7,8 +7,9 @@ names, future dates, anything outside `warm/`. The plan is computed once and the
 dry run lists.
 
 Archive mode appends each expired day to `warm/archive/YYYY-MM.md.gz` as its own gzip member, headed by a marker
-line with the day's name and SHA-256, fsyncs it, and only then deletes the day file. A crash between the two
-steps is repaired by the next sweep, which finds the marker and does not append the day twice.
+line with the day's name, SHA-256 and byte length, fsyncs it, and only then deletes the day file. A crash between
+the two steps is repaired by the next sweep, which finds the marker and does not append the day twice; a crash
+that tore the member itself is repaired by cutting the torn bytes off before the next append.
 Imports memd.fsio and the warm format.
 """
 
@@ -20,7 +21,6 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -29,7 +29,7 @@ from memd import fsio
 from memd.tiers import warm_format
 
 ARCHIVE_DIR = "archive"
-_MARKER = re.compile(r"^<!-- memd-archive: (\d{4}-\d{2}-\d{2}\.md) sha256=([0-9a-f]{64}) -->$", re.M)
+_MARKER = re.compile(rb"<!-- memd-archive: (\d{4}-\d{2}-\d{2}\.md) sha256=([0-9a-f]{64}) bytes=(\d+) -->\n")
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,23 @@ def archive_expired(plan: SweepPlan) -> list[str]:
         data = fsio.read_bytes(path) or b""
         digest = hashlib.sha256(data).hexdigest()
         archive = archive_dir / f"{name[:7]}.md.gz"
-        if (name, digest) not in set(_markers(archive)):
-            header = f"<!-- memd-archive: {name} sha256={digest} -->\n".encode()
+        days, whole = _read_members(archive)
+        if whole is not None:  # a crash tore the last member: cut it off (its day file is still in warm/)
+            _truncate_durably(archive, whole)
+        if not any(d.name == name and d.sha256 == digest for d in days):
+            header = f"<!-- memd-archive: {name} sha256={digest} bytes={len(data)} -->\n".encode()
             fsio.durable_append(archive, gzip.compress(header + data, mtime=0))
         os.unlink(path)
         fsio.fsync_dir(plan.directory)
         moved.append(name)
     return moved
+
+
+@dataclass(frozen=True)
+class ArchivedDay:
+    name: str
+    sha256: str
+    data: bytes
 
 
 def _still_regular(path: Path) -> bool:
@@ -95,44 +105,61 @@ def _still_regular(path: Path) -> bool:
         return False
 
 
-def _markers(archive: Path) -> Iterator[tuple[str, str]]:
-    text = read_archive_text(archive)
-    for match in _MARKER.finditer(text):
-        yield match.group(1), match.group(2)
+def _truncate_durably(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _whole_members(raw: bytes) -> tuple[list[bytes], int | None]:
+    """The decompressed whole gzip members, and the length they span when a torn one follows (else None)."""
+    members: list[bytes] = []
+    offset = 0
+    while offset < len(raw):
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            member = d.decompress(raw[offset:])
+        except zlib.error:
+            return members, offset
+        if not d.eof:
+            return members, offset
+        members.append(member)
+        offset = len(raw) - len(d.unused_data)
+    return members, None
+
+
+def _read_members(archive: Path) -> tuple[list[ArchivedDay], int | None]:
+    """Every whole archived day, and the byte length of the whole members when a torn one follows (else None)."""
+    members, whole = _whole_members(fsio.read_bytes(archive) or b"")
+    return [day for member in members for day in _parse_member(member)], whole
+
+
+def _parse_member(member: bytes) -> list[ArchivedDay]:
+    days: list[ArchivedDay] = []
+    pos = 0
+    while pos < len(member):
+        match = _MARKER.match(member, pos)
+        if match is None:
+            break
+        start = match.end()
+        end = start + int(match.group(3))
+        days.append(ArchivedDay(match.group(1).decode(), match.group(2).decode(), member[start:end]))
+        pos = end
+    return days
 
 
 def read_archive_text(archive: Path) -> str:
-    data = fsio.read_bytes(archive)
-    if not data:
-        return ""
-    try:
-        return gzip.decompress(data).decode("utf-8", "replace")
-    except (OSError, EOFError):  # a member torn by a crash mid-append: read what is whole
-        return _decompress_whole_members(data)
-
-
-def _decompress_whole_members(data: bytes) -> str:
-    out: list[str] = []
-    while data:
-        d = zlib.decompressobj(16 + 15)
-        try:
-            out.append(d.decompress(data).decode("utf-8", "replace"))
-        except Exception:
-            break
-        if not d.eof:
-            break
-        data = d.unused_data
-    return "".join(out)
+    """The whole archive as text, markers included (what `zcat` shows), in the order days were archived."""
+    members, _ = _whole_members(fsio.read_bytes(archive) or b"")
+    return b"".join(members).decode("utf-8", "replace")
 
 
 def read_archived_day(warm_dir: Path, day: date) -> str | None:
-    """The text of an archived day, or None when it is not in the archive."""
+    """The text of an archived day, or None when it is not in the archive (the latest copy wins)."""
     name = warm_format.day_filename(day)
-    text = read_archive_text(warm_dir / ARCHIVE_DIR / f"{name[:7]}.md.gz")
-    found: str | None = None
-    matches = list(_MARKER.finditer(text))
-    for i, match in enumerate(matches):
-        if match.group(1) == name:
-            end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-            found = text[match.end() + 1 : end]
-    return found
+    days, _ = _read_members(warm_dir / ARCHIVE_DIR / f"{name[:7]}.md.gz")
+    found = [d for d in days if d.name == name]
+    return found[-1].data.decode("utf-8", "replace") if found else None

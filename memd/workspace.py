@@ -8,7 +8,7 @@ write fails, every request of the batch gets a StorageError and the in-memory st
 
 Before a batch, each file it may rewrite is checked against what memd last saw (size, mtime, inode): a file
 changed by someone else is re-read first and the edits are applied on top of it (contract 2).
-Imports the tiers, memd.fsio, memd.tokens, memd.config and memd.errors.
+Imports the tiers, memd.retention, memd.fsio, memd.tokens, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Draft:
     now: datetime
     local: datetime
     warm: list[WarmEntry] = field(default_factory=list)
-    cold_lines: list[str] = field(default_factory=list)
+    warm_text: list[str] = field(default_factory=list)
     _hot_store: HotStore | None = None
     _cold_store: ColdStore | None = None
 
@@ -69,7 +69,10 @@ class Draft:
 
     def log(self, action: str, details: tuple[tuple[str, str], ...] = (), result: str | None = None) -> WarmEntry:
         entry = WarmEntry(time=self.local.strftime("%H:%M:%S"), action=action, details=details, result=result)
+        rendered = warm_format.render_entry(entry)
+        rendered.encode("utf-8")  # fail this request now, not the whole batch later
         self.warm.append(entry)
+        self.warm_text.append(rendered)
         return entry
 
     def learn(self, category: str, text: str) -> str:
@@ -77,8 +80,6 @@ class Draft:
             self._cold_store.require_valid()
         day = self.local.date().isoformat()
         self.cold = cold_format.insert_learning(self.cold, category, day, text)
-        line = cold_format.render_learning(day, text)
-        self.cold_lines.append(line)
         return day
 
 
@@ -112,7 +113,7 @@ class Workspace:
         self.clock = clock
         self.tz = ZoneInfo(config.warm.timezone)
         self._io = io
-        self._max_pending = max_pending
+        self.max_pending = max_pending
         self.on_commit = on_commit
         self.hot = HotStore(self.root / "hot" / "context.json", counter)
         self.warm = WarmStore(self.root / "warm", counter)
@@ -159,7 +160,7 @@ class Workspace:
         """Apply `edit` in the next batch; returns its result once the batch is durable on disk."""
         if self._closing:
             raise ShuttingDown("memd is shutting down; retry against the restarted daemon")
-        if len(self._queue) >= self._max_pending:
+        if len(self._queue) >= self.max_pending:
             raise Busy(f"workspace {self.name!r} has {len(self._queue)} writes queued; retry shortly")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.append((edit, future))
@@ -191,14 +192,19 @@ class Workspace:
         for edit, future in batch:
             if future.cancelled():
                 continue
+            hot, cold, logged = draft.hot, draft.cold, len(draft.warm)
             try:
                 accepted.append((future, edit(draft)))
-            except MemdError as exc:
+            except Exception as exc:  # this request fails alone: undo its part of the draft
+                draft.hot, draft.cold = hot, cold
+                del draft.warm[logged:], draft.warm_text[logged:]
+                if not isinstance(exc, MemdError):
+                    log.exception("workspace %s: an edit failed", self.name)
                 future.set_exception(exc)
         writes: list[fsio.FileWrite] = []
         warm_write = None
         if draft.warm:
-            warm_write = self.warm.plan_append(today, [warm_format.render_entry(e) for e in draft.warm])
+            warm_write = self.warm.plan_append(today, draft.warm_text)
             writes.append(warm_write)
         cold_write = self.cold.write_for(draft.cold) if draft.cold is not self.cold.text else None
         hot_write = self.hot.write_for(draft.hot) if draft.hot is not self.hot.doc else None
@@ -239,8 +245,7 @@ class Workspace:
             self.warm.commit_append(today, by_write[id(warm_write)], warm_write, draft.warm)
             changed.add("warm")
         if cold_write is not None:
-            added = sum(self.counter.count_piece(line) for line in draft.cold_lines)
-            self.cold.commit(draft.cold, by_write[id(cold_write)], added)
+            self.cold.commit(draft.cold, by_write[id(cold_write)])
             changed.add("cold")
         if hot_write is not None:
             self.hot.commit(draft.hot, by_write[id(hot_write)], self.hot.count(draft.hot))
@@ -289,8 +294,16 @@ class Workspace:
                 if self.before_destructive is not None:
                     await self.before_destructive(self, "retention")
                 action = retention.archive_expired if policy.mode == "archive" else retention.delete_expired
-                removed = await loop.run_in_executor(self._io, action, plan)
-                self.warm.scan()
+                try:
+                    removed = await loop.run_in_executor(self._io, action, plan)
+                except OSError as exc:
+                    raise StorageError(
+                        f"retention sweep of {self.name!r} stopped: {exc.strerror or exc} ({exc.filename or ''}); "
+                        "files not yet removed stay in warm/",
+                        data={"errno": exc.errno},
+                    ) from None
+                finally:
+                    self.warm.scan()
         result: dict[str, Any] = {
             "workspace": self.name,
             "dry_run": dry_run,
@@ -303,7 +316,10 @@ class Workspace:
         }
         if removed:
             details = (("mode", policy.mode), ("removed", ", ".join(removed)))
-            await self.write(lambda draft: draft.log("retention-sweep", details, f"{len(removed)} day file(s)"))
+            try:
+                await self.write(lambda draft: draft.log("retention-sweep", details, f"{len(removed)} day file(s)"))
+            except MemdError as exc:  # the files are gone either way; say why the log line is missing
+                result["log_error"] = exc.message
         if not dry_run:
             self.last_sweep = result
         return result

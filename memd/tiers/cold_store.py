@@ -58,9 +58,38 @@ class ColdStore:
     def write_for(self, text: str) -> fsio.FileWrite:
         return fsio.FileWrite(self.path, text.encode("utf-8"), append=False)
 
-    def commit(self, text: str, fp: fsio.Fingerprint, added_tokens: int) -> None:
+    def commit(self, text: str, fp: fsio.Fingerprint) -> None:
+        """Record a durable rewrite; tokens grow by what the edit inserted (lines, headings, preamble)."""
+        self.tokens += self._inserted_tokens(self.text, text)
         self.text = text
         self.fingerprint = fp
-        self.tokens += added_tokens
         self._learnings = None
         self.error = None
+
+    def _inserted_tokens(self, old: str, new: str) -> int:
+        """Tokens an insert-only edit added, counted with the neighbouring lines so merges at the seams
+        (a blank line next to a new section) come out exactly as a full recount would."""
+        at, added = insertion_point(old, new)
+        if not added:
+            return self._counter.count(new) - self._counter.count(old)
+        before = old[old.rfind("\n", 0, max(at - 1, 0)) + 1 : at]
+        end = old.find("\n", at)
+        after = old[at : len(old) if end < 0 else end + 1]
+        return self._counter.count(before + added + after) - self._counter.count(before + after)
+
+
+def insertion_point(old: str, new: str) -> tuple[int, str]:
+    """Where `new` differs from `old` and what was inserted there ("" when it is not a pure insertion)."""
+    grown = len(new) - len(old)
+    if grown <= 0:
+        return 0, ""
+    lo, hi = 0, len(old)  # binary search for the longest common prefix, comparing slices in C
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if new[:mid] == old[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    if new[lo + grown :] != old[lo:]:
+        return 0, ""
+    return lo, new[lo : lo + grown]

@@ -1,0 +1,401 @@
+"""Checkpoints: budget-triggered, verified, reversible compaction of the hot tier.
+
+When hot reaches `checkpoint_threshold` x its budget, the older notes, older decisions and the previous summary
+are compressed into one `# Context Summary`. Pinned — never sent, byte-identical afterwards — are the task, the
+current step, pending actions, files modified, the newest `keep_decisions` decisions and the newest notes within
+`recent_share` of the budget. Steps: (1) commit the exact pre-state to git, (2) summarize outside the writer
+under an overall deadline while writes go on, (3) verify (not empty, not a refusal, within its allotment so the
+target is met, pinned parts untouched), (4) apply through the writer, replacing exactly the compressed entries
+by key and keeping everything written meanwhile, log it to warm, record it in hot, commit the post-state.
+A failure changes nothing, shows in status and backs the workspace off exponentially; a daily token cap stops
+runaway spend. Imports memd.snapshots, memd.workspace, memd.summarizer, the hot format and memd.errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memd.config import CheckpointConfig
+from memd.errors import Busy, MemdError, NotFound
+from memd.snapshots import Snapshotter
+from memd.summarizer import SUMMARY_HEADING, Entry, Summarizer, SummaryRequest, SummaryResult
+from memd.tiers import hot_format
+from memd.tiers.hot_format import HotDoc
+from memd.workspace import Draft, Workspace
+
+log = logging.getLogger(__name__)
+MIN_ALLOTMENT = 24
+_REFUSAL = re.compile(
+    r"^\s*(i'?m sorry|i am sorry|i can(?:'|no)t|as an ai\b|error\b|sorry,|i apologi[sz]e|unable to)", re.I
+)
+
+
+class CheckpointFailed(MemdError):
+    """The checkpoint was not applied; nothing changed. The message says why."""
+
+
+@dataclass
+class Health:
+    in_flight: bool = False
+    failures: int = 0
+    next_allowed: float = 0.0  # loop time before which automatic checkpoints wait (backoff)
+    last_error: str = ""
+    last_record: dict[str, Any] = field(default_factory=dict)
+    runs: int = 0
+    day: str = ""
+    llm_tokens_today: int = 0
+    redactions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    entries: list[Entry]
+    summary_before: str
+    allotment: int
+    tokens_before: int
+    keep_decisions: int
+    kept_notes: list[str]
+    pinned: dict[str, Any]
+
+
+def entry_key(entry: dict[str, Any]) -> str:
+    """Entries written by memd have ids; ones from other tools are known by a hash of their content."""
+    if entry.get("id"):
+        return str(entry["id"])
+    return "sha256:" + hashlib.sha256(json.dumps(entry, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        summarizer: Summarizer,
+        snapshots: Snapshotter,
+        max_tokens_per_day: int,
+        deadline_seconds: float,
+        now: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.deadline_seconds = deadline_seconds
+        self.summarizer = summarizer
+        self.snapshots = snapshots
+        self.max_tokens_per_day = max_tokens_per_day
+        self._now = now
+        self.health: dict[str, Health] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # --- triggers --------------------------------------------------------------------------------------------
+
+    def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
+        """Registry listener: after any hot change, schedule a checkpoint if hot is over the threshold."""
+        if "hot" in tiers:
+            self.maybe_schedule(ws)
+
+    def over_threshold(self, ws: Workspace) -> bool:
+        budget = ws.config.budget
+        return ws.hot.tokens >= budget.checkpoint_threshold * budget.hot
+
+    def maybe_schedule(self, ws: Workspace) -> bool:
+        health = self.health.setdefault(ws.name, Health())
+        if health.in_flight or not self.over_threshold(ws) or self._now() < health.next_allowed:
+            return False
+        task = asyncio.get_running_loop().create_task(self._run_quietly(ws))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _run_quietly(self, ws: Workspace) -> None:
+        with contextlib.suppress(MemdError):  # recorded in health and logged by run()
+            await self.run(ws, force=False)
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # --- the checkpoint --------------------------------------------------------------------------------------
+
+    async def run(self, ws: Workspace, force: bool) -> dict[str, Any]:
+        health = self.health.setdefault(ws.name, Health())
+        if health.in_flight:
+            raise Busy(f"a checkpoint of {ws.name!r} is already running")
+        if not force and self._now() < health.next_allowed:
+            raise CheckpointFailed(f"checkpoints of {ws.name!r} are backing off after failures: {health.last_error}")
+        health.in_flight = True
+        try:
+            record = await self._run(ws, health)
+        except MemdError as exc:
+            self._failed(ws, health, exc.message)
+            raise
+        except Exception as exc:
+            self._failed(ws, health, f"{type(exc).__name__}: {exc}")
+            log.exception("checkpoint of %s failed unexpectedly", ws.name)
+            raise CheckpointFailed(f"checkpoint failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            health.in_flight = False
+        health.failures = 0
+        health.next_allowed = 0.0
+        health.last_error = ""
+        health.last_record = record
+        health.runs += 1
+        return record
+
+    def _failed(self, ws: Workspace, health: Health, message: str) -> None:
+        health.failures += 1
+        delay = min(self.config.backoff_max_seconds, self.config.backoff_seconds * 2 ** (health.failures - 1))
+        health.next_allowed = self._now() + delay
+        health.last_error = message
+        log.warning(
+            "checkpoint of %s failed (%d in a row, next try in %.0fs): %s", ws.name, health.failures, delay, message
+        )
+
+    async def _run(self, ws: Workspace, health: Health) -> dict[str, Any]:
+        ws.hot.require_valid()
+        pre_commit, _ = await self.snapshots.snapshot(ws, "before checkpoint")
+        if self.snapshots.config.enabled and not pre_commit:
+            raise CheckpointFailed(
+                "the pre-checkpoint state could not be committed to git, so the checkpoint would not be reversible: "
+                + (self.snapshots.status_for(ws.name).get("last_error") or "unknown snapshot error")
+            )
+        plan = self.plan(ws, ws.hot.doc)
+        self._check_daily_cap(ws, health, plan)
+        request = SummaryRequest(plan.entries, plan.allotment, task=str(ws.hot.doc.get("task") or ""))
+        try:
+            result = await asyncio.wait_for(self.summarizer.summarize(request), self.deadline_seconds)
+        except TimeoutError:
+            raise CheckpointFailed(f"summarizer missed the {self.deadline_seconds:.0f}s deadline") from None
+        self._count_spend(health, result)
+        summary = self.verify(ws, plan, result)
+        checkpoint_id = f"ckpt-{ws.clock.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        keys = {e.key for e in plan.entries if e.kind != "summary"}
+
+        def apply(draft: Draft) -> dict[str, Any]:
+            doc = draft.edit_hot()
+            if str(doc.get("summary") or "") != plan.summary_before:
+                raise CheckpointFailed("the summary was changed while the checkpoint ran; nothing applied")
+            if self.pinned(doc, plan.keep_decisions, plan.kept_notes) != plan.pinned:
+                raise CheckpointFailed("pinned context changed in a way the summary would overwrite; nothing applied")
+            new = dict(doc)
+            new["notes"] = [n for n in doc.get("notes") or [] if entry_key(n) not in keys]
+            new["decisions"] = [d for d in doc.get("decisions") or [] if entry_key(d) not in keys]
+            new["summary"] = summary
+            tokens_after = ws.hot.count(new)
+            record = {
+                "id": checkpoint_id,
+                "at": draft.now.isoformat(timespec="seconds"),
+                "tokens_before": plan.tokens_before,
+                "tokens_after": tokens_after,
+                "entries_compressed": len(plan.entries),
+                "compressed": sorted(keys) + (["summary"] if plan.summary_before else []),
+                "pre_commit": pre_commit,
+                "post_commit": "",
+                "backend": result.backend,
+                "model": result.model,
+                "llm_tokens_in": result.tokens_in,
+                "llm_tokens_out": result.tokens_out,
+                "request_ids": result.request_ids,
+                "redactions": result.redactions,
+            }
+            new["checkpoints"] = [*(doc.get("checkpoints") or []), record]
+            draft.set_hot(new)
+            draft.log(
+                "checkpoint",
+                (
+                    ("id", checkpoint_id),
+                    ("tokens_before", str(plan.tokens_before)),
+                    ("tokens_after", str(tokens_after)),
+                    ("entries_compressed", str(len(plan.entries))),
+                    ("pre_commit", pre_commit or "(snapshots disabled)"),
+                    ("backend", result.backend),
+                ),
+                f"hot {plan.tokens_before} -> {tokens_after} tokens",
+            )
+            return record
+
+        record = await ws.write(apply)
+        post_commit, _ = await self.snapshots.snapshot(
+            ws,
+            "after checkpoint",
+            {
+                "Memd-Checkpoint": checkpoint_id,
+                "Memd-Tokens-Before": str(record["tokens_before"]),
+                "Memd-Tokens-After": str(record["tokens_after"]),
+            },
+        )
+        if post_commit:
+            record = await ws.write(lambda d: self._set_post_commit(d, checkpoint_id, post_commit))
+        log.info(
+            "checkpoint %s of %s: hot %d -> %d tokens, %d entries compressed (%s)",
+            checkpoint_id, ws.name, record["tokens_before"], record["tokens_after"], len(plan.entries), result.backend,
+        )  # fmt: skip
+        return record
+
+    @staticmethod
+    def _set_post_commit(draft: Draft, checkpoint_id: str, commit: str) -> dict[str, Any]:
+        doc = draft.edit_hot()
+        records = [dict(r) for r in doc.get("checkpoints") or []]
+        found: dict[str, Any] = {}
+        for r in records:
+            if r.get("id") == checkpoint_id:
+                r["post_commit"] = commit
+                found = r
+        draft.set_hot({**doc, "checkpoints": records})
+        return found
+
+    # --- planning and verification ---------------------------------------------------------------------------
+
+    @staticmethod
+    def pinned(doc: HotDoc, keep_decisions: int, kept_notes: list[str]) -> dict[str, Any]:
+        """The parts a checkpoint must leave byte-identical."""
+        decisions = list(doc.get("decisions") or [])
+        notes = {entry_key(n): n for n in doc.get("notes") or []}
+        return {
+            "task": doc.get("task"),
+            "current_step": doc.get("current_step"),
+            "pending_actions": doc.get("pending_actions"),
+            "files_modified": doc.get("files_modified"),
+            "decisions": json.dumps(decisions[-keep_decisions:] if keep_decisions else [], sort_keys=True),
+            "notes": json.dumps([notes.get(k) for k in kept_notes], sort_keys=True),
+        }
+
+    def plan(self, ws: Workspace, doc: HotDoc) -> Plan:
+        budget = ws.config.budget
+        counter = ws.counter
+        notes = list(doc.get("notes") or [])
+        decisions = list(doc.get("decisions") or [])
+        keep_d = min(self.config.keep_decisions, len(decisions))
+        old_decisions = decisions[: len(decisions) - keep_d]
+        recent_room = self.config.recent_share * budget.hot
+        kept: list[dict[str, Any]] = []
+        used = 0
+        for note in reversed(notes):
+            cost = counter.count_piece(hot_format.render_note(note))
+            if used + cost > recent_room:
+                break
+            kept.insert(0, note)
+            used += cost
+        target = budget.checkpoint_target * budget.hot
+
+        def fixed_tokens(kept_notes: list[dict[str, Any]]) -> int:
+            skeleton = {**doc, "notes": kept_notes, "decisions": decisions[len(decisions) - keep_d :], "summary": ""}
+            return ws.hot.count(skeleton) + counter.count_piece("## Notes\n")
+
+        allotment = int(target - fixed_tokens(kept))
+        while allotment < MIN_ALLOTMENT and kept:
+            kept.pop(0)  # the recent window yields before the target is missed
+            allotment = int(target - fixed_tokens(kept))
+        if allotment < MIN_ALLOTMENT:
+            raise CheckpointFailed(
+                f"the pinned parts of {ws.name!r} (task, step, pending actions, files, last {keep_d} decisions) "
+                f"alone exceed the checkpoint target of {int(target)} tokens; raise budget.hot or trim them"
+            )
+        kept_keys = {entry_key(n) for n in kept}
+        entries = [Entry(entry_key(d), "decision", _decision_text(d), str(d.get("ts") or "")) for d in old_decisions]
+        entries += [
+            Entry(entry_key(n), "note", str(n.get("text") or ""), str(n.get("ts") or ""))
+            for n in notes
+            if entry_key(n) not in kept_keys
+        ]
+        summary_before = str(doc.get("summary") or "")
+        if summary_before:
+            entries.insert(0, Entry("summary", "summary", summary_before))
+        if not entries:
+            raise CheckpointFailed(f"nothing in {ws.name!r} is old enough to compress (only pinned context)")
+        return Plan(
+            entries=entries,
+            summary_before=summary_before,
+            allotment=allotment,
+            tokens_before=ws.hot.count(doc),
+            keep_decisions=keep_d,
+            kept_notes=[entry_key(n) for n in kept],
+            pinned=self.pinned(doc, keep_d, [entry_key(n) for n in kept]),
+        )
+
+    def verify(self, ws: Workspace, plan: Plan, result: SummaryResult) -> str:
+        text = result.text.strip()
+        if not text or text == SUMMARY_HEADING:
+            raise CheckpointFailed("the summarizer returned an empty summary; nothing applied")
+        body = text.removeprefix(SUMMARY_HEADING).strip()
+        if not body or _REFUSAL.match(body):
+            raise CheckpointFailed(f"the summarizer returned an error or refusal instead of a summary: {body[:120]!r}")
+        if not text.startswith(SUMMARY_HEADING):
+            text = f"{SUMMARY_HEADING}\n{text}"
+        text += "\n"
+        tokens = ws.counter.count(text)
+        if tokens > plan.allotment:
+            raise CheckpointFailed(
+                f"the summary has {tokens} tokens, over its allotment of {plan.allotment} (the checkpoint target); "
+                "nothing applied"
+            )
+        return text
+
+    def _check_daily_cap(self, ws: Workspace, health: Health, plan: Plan) -> None:
+        if self.summarizer.name == "extractive":
+            return
+        today = ws.clock.now().date().isoformat()
+        if health.day != today:
+            health.day, health.llm_tokens_today = today, 0
+        estimate = sum(ws.counter.count(e.text) for e in plan.entries) + plan.allotment
+        if health.llm_tokens_today + estimate > self.max_tokens_per_day:
+            raise CheckpointFailed(
+                f"daily LLM token cap reached for {ws.name!r} ({health.llm_tokens_today} used, ~{estimate} needed, "
+                f"llm.max_tokens_per_day = {self.max_tokens_per_day})"
+            )
+
+    def _count_spend(self, health: Health, result: SummaryResult) -> None:
+        health.llm_tokens_today += result.tokens_in + result.tokens_out
+        for kind, n in result.redactions.items():
+            health.redactions[kind] = health.redactions.get(kind, 0) + n
+
+    # --- inspection ------------------------------------------------------------------------------------------
+
+    async def show(self, ws: Workspace, checkpoint_id: str) -> dict[str, Any]:
+        records = {r.get("id"): r for r in ws.hot.doc.get("checkpoints") or []}
+        record = records.get(checkpoint_id)
+        if record is None:
+            raise NotFound(f"no checkpoint {checkpoint_id!r} in {ws.name!r}; see checkpoint.list")
+        originals: list[dict[str, Any]] = []
+        summary_before = ""
+        if record.get("pre_commit"):
+            raw = await self.snapshots.show(ws, record["pre_commit"], "hot/context.json")
+            before = hot_format.parse(raw, f"{record['pre_commit'][:12]}:hot/context.json")
+            wanted = set(record.get("compressed") or [])
+            for kind, items in (("decision", before.get("decisions") or []), ("note", before.get("notes") or [])):
+                originals += [{"kind": kind, **e} for e in items if entry_key(e) in wanted]
+            summary_before = str(before.get("summary") or "") if "summary" in wanted else ""
+        return {
+            "record": record,
+            "original_entries": originals,
+            "previous_summary": summary_before,
+            "summary": ws.hot.doc.get("summary", ""),
+            "undo": f"memd restore {ws.name} {record.get('pre_commit') or '<pre-commit>'} hot",
+        }
+
+    def status_for(self, name: str) -> dict[str, Any]:
+        h = self.health.get(name)
+        if h is None:
+            return {"runs": 0, "in_flight": False}
+        wait = max(0.0, h.next_allowed - self._now())
+        return {
+            "runs": h.runs,
+            "in_flight": h.in_flight,
+            "consecutive_failures": h.failures,
+            "last_error": h.last_error or None,
+            "backoff_seconds_left": round(wait, 1) if wait else 0,
+            "last": {k: h.last_record.get(k) for k in ("id", "at", "tokens_before", "tokens_after")} or None,
+            "llm_tokens_today": h.llm_tokens_today,
+            "redactions": dict(h.redactions),
+        }
+
+
+def _decision_text(decision: dict[str, Any]) -> str:
+    risk = f" (risk: {decision['risk']})" if decision.get("risk") else ""
+    return f"{decision.get('action', '')} — {decision.get('reason', '')}{risk}"

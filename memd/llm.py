@@ -1,0 +1,121 @@
+"""The OpenAI-compatible summarizer: any endpoint the official `openai` client can talk to (OpenAI, vLLM,
+llama.cpp server, Ollama) via `llm.base_url`.
+
+The client retries 429 and 5xx itself with backoff that honours Retry-After (`llm.max_retries`), each attempt
+bounded by `llm.timeout_seconds`; memd's own overall deadline (`llm.deadline_seconds`) bounds the whole call,
+because per-attempt timeouts multiply with retries. Text is scrubbed of credentials before it is sent (when
+`llm.redact_secrets`). The API key is handed in by the daemon from the environment variable the config names;
+it is never logged. The prompt is documented in docs/checkpoints.md. `openai` is imported lazily (~0.4 s).
+Imports memd.summarizer, memd.redact and memd.errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from memd.errors import Unavailable
+from memd.redact import redact
+from memd.summarizer import SUMMARY_HEADING, SummaryRequest, SummaryResult
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = """You compress an AI agent's older working notes into a short summary that the agent will read \
+instead of the notes. Keep every fact the agent may still need: decisions and their reasons, file names, \
+identifiers, numbers, errors seen, open questions. Drop chatter and repetition. Do not invent anything. \
+Answer with markdown only: the line "# Context Summary" followed by "- " bullet lines, nothing else."""
+
+
+def build_messages(request: SummaryRequest, redact_secrets: bool) -> tuple[list[dict[str, str]], dict[str, int]]:
+    counts: dict[str, int] = {}
+    lines = []
+    for entry in request.entries:
+        text = entry.text
+        if redact_secrets:
+            scrubbed = redact(text)
+            text = scrubbed.text
+            for kind, n in scrubbed.counts.items():
+                counts[kind] = counts.get(kind, 0) + n
+        label = {"note": "NOTE", "decision": "DECISION", "summary": "EARLIER SUMMARY"}.get(entry.kind, entry.kind)
+        stamp = f" ({entry.ts})" if entry.ts else ""
+        lines.append(f"[{label}{stamp}]\n{text}")
+    user = (
+        f"Summarize these {len(request.entries)} entries in at most {request.max_tokens} tokens "
+        f"(roughly {request.max_tokens * 3} characters).\n\n" + "\n\n".join(lines)
+    )
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}], counts
+
+
+class OpenAISummarizer:
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str,
+        timeout: float,
+        max_retries: int,
+        redact_secrets: bool,
+    ) -> None:
+        self.base_url = base_url
+        self.model = model
+        self._api_key = api_key
+        self._timeout = timeout
+        self._max_retries = max_retries
+        self._redact = redact_secrets
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        import openai  # deferred: the daemon starts without paying for it until a checkpoint needs it
+
+        messages, counts = build_messages(request, self._redact)
+        client = openai.AsyncOpenAI(
+            api_key=self._api_key or "memd-no-key",
+            base_url=self.base_url or None,
+            timeout=self._timeout,
+            max_retries=self._max_retries,
+        )
+        try:
+            response: Any = await client.chat.completions.create(
+                model=self.model,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=max(16, request.max_tokens),
+                temperature=0,
+            )
+        except openai.APIStatusError as exc:
+            raise Unavailable(f"LLM endpoint answered HTTP {exc.status_code}: {_short(exc.message)}") from None
+        except openai.APITimeoutError:
+            raise Unavailable(f"LLM endpoint timed out ({self._timeout:.0f}s per attempt)") from None
+        except openai.APIConnectionError as exc:
+            raise Unavailable(
+                f"cannot reach the LLM endpoint {self.base_url or 'default'}: {_short(str(exc))}"
+            ) from None
+        except openai.OpenAIError as exc:
+            raise Unavailable(f"LLM call failed: {type(exc).__name__}: {_short(str(exc))}") from None
+        finally:
+            await asyncio.shield(client.close())
+        request_id = str(getattr(response, "_request_id", "") or "")
+        if request_id:
+            log.info("LLM summary request id %s", request_id)
+        try:
+            content = response.choices[0].message.content or ""
+        except (AttributeError, IndexError, TypeError):
+            raise Unavailable("LLM response has no choices[0].message.content") from None
+        usage = getattr(response, "usage", None)
+        text = content.strip()
+        if text and not text.startswith(SUMMARY_HEADING):
+            text = f"{SUMMARY_HEADING}\n{text}"
+        return SummaryResult(
+            text=text + "\n" if text else "",
+            backend=self.name,
+            model=str(getattr(response, "model", "") or self.model),
+            tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
+            tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+            request_ids=[request_id] if request_id else [],
+            redactions=counts,
+        )
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
