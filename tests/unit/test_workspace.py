@@ -1,0 +1,412 @@
+"""Specification of a workspace's single writer (memd.workspace): group commit, durable or failed as a whole,
+and nothing on disk overwritten blind."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memd import fsio
+from memd.config import BudgetConfig, WorkspaceConfig
+from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
+from memd.tiers import cold_format, hot_format, warm_format
+from memd.tokens import TokenCounter
+from memd.workspace import Draft, Workspace
+
+START = datetime(2024, 3, 15, 9, 30, 0, tzinfo=UTC)
+
+
+class FixedClock:
+    def __init__(self, now: datetime) -> None:
+        self.current = now
+
+    def now(self) -> datetime:
+        return self.current
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter.for_encoding("cl100k_base")
+
+
+@pytest.fixture
+def io() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-io") as executor:
+        yield executor
+
+
+@pytest.fixture
+def make_workspace(tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor) -> Callable[..., Workspace]:
+    def make(budget: BudgetConfig | None = None, **kwargs: Any) -> Workspace:
+        config = WorkspaceConfig("alpha", tmp_path / "alpha", budget=budget or BudgetConfig())
+        ws = Workspace(config, counter, FixedClock(START), io, **kwargs)
+        ws.open()
+        return ws
+
+    return make
+
+
+@pytest.fixture
+def ws(make_workspace: Callable[..., Workspace]) -> Workspace:
+    return make_workspace()
+
+
+# Edits as the handlers make them.
+
+
+def log(action: str, **details: str) -> Callable[[Draft], Any]:
+    return lambda draft: draft.log(action, tuple(details.items()))
+
+
+def note(text: str) -> Callable[[Draft], Any]:
+    def edit(draft: Draft) -> dict[str, Any]:
+        doc, added = hot_format.add_note(draft.edit_hot(), text, draft.now)
+        draft.set_hot(doc)
+        return added
+
+    return edit
+
+
+def learn(category: str, text: str) -> Callable[[Draft], Any]:
+    return lambda draft: draft.learn(category, text)
+
+
+def run(*edits: Callable[[Draft], Any], ws: Workspace) -> list[Any]:
+    """Send the edits concurrently; results or exceptions, in order."""
+
+    async def go() -> list[Any]:
+        return list(await asyncio.gather(*(ws.write(e) for e in edits), return_exceptions=True))
+
+    return asyncio.run(go())
+
+
+def day_file(ws: Workspace) -> Path:
+    return ws.root / "warm" / "2024-03-15.md"
+
+
+def context_json(ws: Workspace) -> Path:
+    return ws.root / "hot" / "context.json"
+
+
+def memory_md(ws: Workspace) -> Path:
+    return ws.root / "cold" / "MEMORY.md"
+
+
+# --- opening ---------------------------------------------------------------------------------------------------
+
+
+def test_open_creates_the_tier_directories_and_removes_stale_temp_files(
+    make_workspace: Callable[..., Workspace], tmp_path: Path
+) -> None:
+    (tmp_path / "alpha" / "hot").mkdir(parents=True)
+    stale = tmp_path / "alpha" / "hot" / ".context.json.memd-tmp-1-deadbeef"
+    stale.write_bytes(b"{half")
+
+    ws = make_workspace()
+
+    assert all((ws.root / tier).is_dir() for tier in ("hot", "warm", "cold"))
+    assert not stale.exists()
+
+
+def test_an_existing_agent_memory_directory_is_adopted_as_it_is(
+    make_workspace: Callable[..., Workspace], tmp_path: Path
+) -> None:
+    root = tmp_path / "alpha"
+    for tier in ("hot", "warm", "cold"):
+        (root / tier).mkdir(parents=True)
+    (root / "hot" / "context.json").write_text('{"task": "Refactor auth", "their_field": 1}')
+    (root / "warm" / "2024-03-15.md").write_text("### 08:00:00 - Earlier work\nResult: ok\n")
+    (root / "cold" / "MEMORY.md").write_text("# Agent Memory\n\n## Testing\n- [2024-03-01] Use fixtures\n")
+
+    ws = make_workspace()
+
+    assert ws.hot.doc["task"] == "Refactor auth"
+    assert [e.action for e in ws.warm.entries_for(START.date())] == ["Earlier work"]
+    assert [lr.text for lr in ws.cold.learnings] == ["Use fixtures"]
+
+
+# --- group commit --------------------------------------------------------------------------------------------
+
+
+def test_concurrent_writes_are_committed_in_far_fewer_batches_and_all_reach_the_disk(ws: Workspace) -> None:
+    results = run(*(log(f"step {i}", index=str(i)) for i in range(100)), ws=ws)
+
+    assert all(not isinstance(r, BaseException) for r in results)
+    entries = warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))
+    assert [e.action for e in entries] == [f"step {i}" for i in range(100)]
+    assert ws.health.writes == 100
+    assert ws.health.batches <= 10
+
+
+def test_writes_that_arrive_while_a_batch_is_made_durable_form_the_next_batch(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+    real_apply = fsio.apply_writes
+
+    def slow_apply(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+        entered.set()
+        assert release.wait(10)
+        return real_apply(writes)
+
+    monkeypatch.setattr("memd.workspace.fsio.apply_writes", slow_apply)
+
+    async def go() -> list[Any]:
+        first = asyncio.ensure_future(ws.write(log("first")))
+        assert await asyncio.to_thread(entered.wait, 10)  # batch 1 is in the worker thread now
+        rest = [asyncio.ensure_future(ws.write(log(f"queued {i}"))) for i in range(50)]
+        await asyncio.sleep(0)
+        assert ws.pending == 50
+        release.set()
+        return list(await asyncio.gather(first, *rest))
+
+    results = asyncio.run(go())
+
+    assert len(results) == 51
+    assert ws.health.batches == 2
+    entries = warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))
+    assert [e.action for e in entries] == ["first"] + [f"queued {i}" for i in range(50)]
+
+
+def test_a_batch_writes_each_file_once(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    batches: list[list[fsio.FileWrite]] = []
+    real_apply = fsio.apply_writes
+
+    def recording_apply(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+        batches.append(list(writes))
+        return real_apply(writes)
+
+    monkeypatch.setattr("memd.workspace.fsio.apply_writes", recording_apply)
+
+    run(*(note(f"n{i}") for i in range(20)), *(learn("Testing", f"l{i}") for i in range(5)), log("x"), ws=ws)
+
+    assert len(batches) == 1
+    paths = [w.path for w in batches[0]]
+    assert sorted(paths) == sorted({context_json(ws), memory_md(ws), day_file(ws)})
+    assert [n["text"] for n in json.loads(context_json(ws).read_bytes())["notes"]] == [f"n{i}" for i in range(20)]
+
+
+def test_a_full_queue_answers_busy_instead_of_growing(make_workspace: Callable[..., Workspace]) -> None:
+    ws = make_workspace(max_pending=5)
+
+    results = run(*(log(f"e{i}") for i in range(8)), ws=ws)
+
+    assert [isinstance(r, Busy) for r in results] == [False] * 5 + [True] * 3
+
+
+def test_close_waits_for_queued_writes_and_refuses_new_ones(ws: Workspace) -> None:
+    async def go() -> tuple[list[Any], BaseException | None]:
+        queued = [asyncio.ensure_future(ws.write(log(f"e{i}"))) for i in range(5)]
+        await asyncio.sleep(0)
+        await ws.close()
+        try:
+            await ws.write(log("too late"))
+        except ShuttingDown as exc:
+            return [q.result() for q in queued], exc
+        return [], None
+
+    results, refused = asyncio.run(go())
+
+    assert len(results) == 5
+    assert isinstance(refused, ShuttingDown)
+    assert len(warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))) == 5
+
+
+# --- a failed disk write -------------------------------------------------------------------------------------
+
+
+def test_a_failed_disk_write_fails_the_whole_batch_and_changes_nothing(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(note("kept note"), log("kept entry"), learn("Testing", "kept learning"), ws=ws)
+    before = {
+        "hot": (json.loads(json.dumps(ws.hot.doc)), ws.hot.tokens),
+        "cold": (ws.cold.text, ws.cold.tokens),
+        "warm": (list(ws.warm.entries_for(START.date())), ws.warm.tokens_for(START.date())),
+        "files": {p: p.read_bytes() for p in (context_json(ws), memory_md(ws), day_file(ws))},
+        "usage": ws.usage_dict(),
+    }
+
+    def no_space(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+        raise OSError(errno.ENOSPC, "No space left on device", str(writes[0].path))
+
+    monkeypatch.setattr("memd.workspace.fsio.apply_writes", no_space)
+
+    results = run(note("lost note"), log("lost entry"), learn("Testing", "lost learning"), ws=ws)
+
+    assert all(isinstance(r, StorageError) for r in results), results
+    assert all(r.data == {"errno": errno.ENOSPC} for r in results)
+    assert "No space left on device" in ws.health.last_write_error
+    assert ws.health.last_write_error_at == START.isoformat(timespec="seconds")
+    assert (json.loads(json.dumps(ws.hot.doc)), ws.hot.tokens) == before["hot"]
+    assert (ws.cold.text, ws.cold.tokens) == before["cold"]
+    assert (ws.warm.entries_for(START.date()), ws.warm.tokens_for(START.date())) == before["warm"]
+    assert {p: p.read_bytes() for p in before["files"]} == before["files"]
+    assert ws.usage_dict() == before["usage"]
+
+    monkeypatch.undo()
+    later = run(note("later note"), ws=ws)
+
+    assert not isinstance(later[0], BaseException)
+    notes = [n["text"] for n in json.loads(context_json(ws).read_bytes())["notes"]]
+    assert notes == ["kept note", "later note"]
+
+
+def test_a_write_failing_half_way_through_a_batch_is_not_acknowledged_and_the_disk_is_reread(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(note("first"), ws=ws)
+    real_apply = fsio.apply_writes
+
+    def fail_after_first(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+        real_apply(writes[:1])  # the warm append reaches the disk, then the hot replace fails
+        raise OSError(errno.EIO, "Input/output error", str(writes[1].path))
+
+    monkeypatch.setattr("memd.workspace.fsio.apply_writes", fail_after_first)
+
+    results = run(log("entry"), note("second"), ws=ws)
+
+    assert all(isinstance(r, StorageError) for r in results)
+    monkeypatch.undo()
+    run(log("after"), ws=ws)
+
+    entries = warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))
+    assert [e.action for e in entries] == ["entry", "after"]  # what reached the disk is known, not duplicated
+    assert [e.action for e in ws.warm.entries_for(START.date())] == ["entry", "after"]
+    assert ws.usage()["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
+    assert [n["text"] for n in ws.hot.doc["notes"]] == ["first"]
+
+
+# --- nothing is overwritten blind ----------------------------------------------------------------------------
+
+
+def test_an_outside_edit_of_context_json_is_adopted_by_the_next_write(ws: Workspace) -> None:
+    run(note("before the edit"), ws=ws)
+    doc = json.loads(context_json(ws).read_bytes())
+    doc["their_field"] = {"set by": "a person"}
+    doc["current_step"] = "edited by hand"
+    context_json(ws).write_text(json.dumps(doc), encoding="utf-8")
+
+    run(note("after the edit"), ws=ws)
+
+    on_disk = json.loads(context_json(ws).read_bytes())
+    assert on_disk["their_field"] == {"set by": "a person"}
+    assert on_disk["current_step"] == "edited by hand"
+    assert [n["text"] for n in on_disk["notes"]] == ["before the edit", "after the edit"]
+
+
+def test_a_context_json_replaced_by_another_tool_is_adopted(ws: Workspace) -> None:
+    run(note("mine"), ws=ws)
+    replacement = ws.root / "hot" / "checkout.tmp"
+    replacement.write_text(json.dumps({"task": "checked out", "notes": []}), encoding="utf-8")
+    replacement.replace(context_json(ws))  # what an editor or git checkout does
+
+    run(note("next"), ws=ws)
+
+    on_disk = json.loads(context_json(ws).read_bytes())
+    assert on_disk["task"] == "checked out"
+    assert [n["text"] for n in on_disk["notes"]] == ["next"]
+
+
+def test_an_outside_edit_of_memory_md_is_kept_when_a_learning_is_added(ws: Workspace) -> None:
+    run(learn("Testing", "Use tmp_path"), ws=ws)
+    with memory_md(ws).open("a", encoding="utf-8") as f:
+        f.write("\n## Written by hand\n- [2024-03-14] Keep this line\n\nA paragraph of prose.\n")
+
+    run(learn("Testing", "Run ruff before pushing"), ws=ws)
+
+    text = memory_md(ws).read_text(encoding="utf-8")
+    assert "## Written by hand\n- [2024-03-14] Keep this line\n\nA paragraph of prose.\n" in text
+    assert [(lr.category, lr.text) for lr in cold_format.parse_memory(text)] == [
+        ("Testing", "Run ruff before pushing"),
+        ("Testing", "Use tmp_path"),
+        ("Written by hand", "Keep this line"),
+    ]
+
+
+def test_an_outside_append_to_the_day_file_is_kept_and_counted(ws: Workspace) -> None:
+    run(log("mine"), ws=ws)
+    with day_file(ws).open("a", encoding="utf-8") as f:
+        f.write("### 09:31:00 - Another agent's entry\nResult: ok")  # no final newline
+
+    run(log("mine again"), ws=ws)
+
+    text = day_file(ws).read_text(encoding="utf-8")
+    assert [e.action for e in warm_format.parse_day(text)] == ["mine", "Another agent's entry", "mine again"]
+    assert ws.usage()["warm"].tokens == ws.counter.count(text)
+
+
+def test_a_corrupt_context_json_blocks_hot_edits_but_not_warm_edits(ws: Workspace) -> None:
+    run(note("last good"), ws=ws)
+    context_json(ws).write_text('{"task": "half written', encoding="utf-8")
+
+    hot_result, warm_result = run(note("refused"), log("accepted"), ws=ws)
+
+    assert isinstance(hot_result, CorruptFile)
+    assert str(context_json(ws)) in hot_result.message
+    assert not isinstance(warm_result, BaseException)
+    assert context_json(ws).read_text(encoding="utf-8") == '{"task": "half written'
+    assert [n["text"] for n in ws.hot.doc["notes"]] == ["last good"]  # reads serve the last good document
+    assert [e.action for e in warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))] == ["accepted"]
+
+
+def test_hot_edits_resume_once_the_corrupt_file_is_fixed(ws: Workspace) -> None:
+    context_json(ws).write_text("[]", encoding="utf-8")
+    assert isinstance(run(note("refused"), ws=ws)[0], CorruptFile)
+
+    context_json(ws).write_text('{"task": "fixed by hand"}', encoding="utf-8")
+    run(note("accepted"), ws=ws)
+
+    on_disk = json.loads(context_json(ws).read_bytes())
+    assert on_disk["task"] == "fixed by hand"
+    assert [n["text"] for n in on_disk["notes"]] == ["accepted"]
+
+
+def test_a_memory_md_that_is_not_utf8_blocks_learnings_and_is_not_rewritten(ws: Workspace) -> None:
+    memory_md(ws).write_bytes(b"# Agent Memory\n\xff\xfe\n")
+
+    learned, logged = run(learn("Testing", "refused"), log("accepted"), ws=ws)
+
+    assert isinstance(learned, CorruptFile)
+    assert not isinstance(logged, BaseException)
+    assert memory_md(ws).read_bytes() == b"# Agent Memory\n\xff\xfe\n"
+
+
+# --- token usage ---------------------------------------------------------------------------------------------
+
+
+def test_hot_and_warm_usage_match_a_full_recount_after_writes(ws: Workspace) -> None:
+    for i in range(5):
+        run(note(f"note {i} with ünïcode 🚀"), log(f"entry {i}", file=f"src/m{i}.py"), ws=ws)
+
+    usage = ws.usage()
+
+    assert usage["hot"].tokens == ws.counter.count("".join(hot_format.render_lines(ws.hot.doc)))
+    assert usage["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
+
+
+def test_cold_usage_matches_a_full_recount_after_learnings_in_new_categories(ws: Workspace) -> None:
+    for category in ("Testing", "Deployment", "Code Style", "Performance"):
+        run(learn(category, f"a lesson about {category.lower()}"), ws=ws)
+
+    assert ws.usage()["cold"].tokens == ws.counter.count(memory_md(ws).read_text(encoding="utf-8"))
+
+
+def test_usage_counts_only_the_recent_warm_days(ws: Workspace) -> None:
+    clock = ws.clock
+    assert isinstance(clock, FixedClock)
+    run(log("old day"), ws=ws)
+    clock.current = START + timedelta(days=ws.config.warm.recent_days)
+    run(log("today"), ws=ws)
+
+    today_file = ws.root / "warm" / f"{clock.current.date().isoformat()}.md"
+    assert ws.usage()["warm"].tokens == ws.counter.count(today_file.read_text(encoding="utf-8"))

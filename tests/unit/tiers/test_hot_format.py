@@ -1,0 +1,285 @@
+"""Specification of the hot tier's document (memd.tiers.hot_format): adopt any context.json, keep what memd
+does not know, edit by returning new documents."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from memd.errors import CorruptFile
+from memd.tiers import hot_format
+from memd.tiers.hot_format import HotDoc
+
+NOW = datetime(2024, 3, 15, 9, 30, 0, tzinfo=UTC)
+WHERE = "/ws/hot/context.json"
+
+# The flat-file recipe's context.json as an agent writes it, with a field memd has never heard of.
+RECIPE = b"""{
+  "session_id": "sess-2024-03-15-001",
+  "task": "Refactor authentication module",
+  "current_step": "Updating JWT validation",
+  "files_modified": ["auth/jwt.py", "auth/middleware.py"],
+  "decisions": [
+    {"action": "Switched to RS256", "reason": "Asymmetric keys let services verify without the secret"}
+  ],
+  "pending_actions": ["Update tests", "Run security scan"],
+  "agent_mood": {"confidence": 0.8, "tags": ["careful"]}
+}
+"""
+
+
+@pytest.fixture
+def recipe() -> HotDoc:
+    return hot_format.parse(RECIPE, WHERE)
+
+
+def unchanged(doc: HotDoc) -> HotDoc:
+    """A deep copy to compare with after an edit: edits must never mutate their input."""
+    return copy.deepcopy(doc)
+
+
+# --- parse ---------------------------------------------------------------------------------------------------
+
+
+def test_the_recipe_document_parses_as_it_is(recipe: HotDoc) -> None:
+    assert recipe["task"] == "Refactor authentication module"
+    assert recipe["current_step"] == "Updating JWT validation"
+    assert recipe["files_modified"] == ["auth/jwt.py", "auth/middleware.py"]
+    assert recipe["decisions"][0]["action"] == "Switched to RS256"
+    assert recipe["pending_actions"] == ["Update tests", "Run security scan"]
+    assert recipe["agent_mood"] == {"confidence": 0.8, "tags": ["careful"]}
+
+
+def test_serialize_then_parse_gives_the_same_document(recipe: HotDoc) -> None:
+    doc, _ = hot_format.add_note(recipe, "naïve datetimes in 日本 \u2028 and emoji 🚀", NOW)
+
+    assert hot_format.parse(hot_format.serialize(doc), WHERE) == doc
+
+
+def test_serialize_is_readable_indented_utf8_ending_in_a_newline() -> None:
+    data = hot_format.serialize({"task": "déjà vu"})
+
+    assert data.endswith(b"}\n")
+    assert "déjà vu".encode() in data
+    assert b'\n  "task"' in data
+
+
+def test_an_empty_document_has_every_known_field() -> None:
+    doc = hot_format.empty_doc()
+
+    assert hot_format.parse(hot_format.serialize(doc), WHERE) == doc
+    for key in ("session_id", "task", "current_step", "files_modified", "decisions", "pending_actions", "notes"):
+        assert key in doc
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b'{"task": "unterminated', ["not valid JSON"]),
+        (b"\xff\xfe{}", ["not valid JSON"]),
+        (b"[1, 2, 3]", ["JSON object", "list"]),
+        (b'"just a string"', ["JSON object", "str"]),
+        (b'{"task": 42}', ["'task' must be a string"]),
+        (b'{"files_modified": "auth/jwt.py"}', ["'files_modified' must be a list of strings"]),
+        (b'{"pending_actions": ["ok", 3]}', ["'pending_actions' must be a list of strings"]),
+        (b'{"decisions": ["Switched to RS256"]}', ["'decisions' must be a list of objects"]),
+        (b'{"notes": {"text": "x"}}', ["'notes' must be a list of objects"]),
+        (b'{"task": 1, "checkpoints": [1]}', ["'task'", "'checkpoints'"]),
+    ],
+)
+def test_parse_refuses_a_file_that_is_not_a_well_typed_object_and_names_the_file(data: bytes, words: list[str]) -> None:
+    with pytest.raises(CorruptFile) as error:
+        hot_format.parse(data, WHERE)
+
+    assert WHERE in error.value.message
+    for word in words:
+        assert word in error.value.message
+
+
+def test_parse_accepts_unknown_fields_of_any_type() -> None:
+    doc = hot_format.parse(b'{"task": "t", "extra": [1, {"a": null}], "version": "whatever"}', WHERE)
+
+    assert doc["extra"] == [1, {"a": None}]
+
+
+# --- edits ---------------------------------------------------------------------------------------------------
+
+
+def test_start_session_with_the_same_task_resumes_and_keeps_everything(recipe: HotDoc) -> None:
+    before = unchanged(recipe)
+
+    doc, resumed = hot_format.start_session(recipe, "Refactor authentication module", "sess-2", NOW)
+
+    assert resumed is True
+    assert recipe == before
+    assert doc == {**before, "session_id": "sess-2", "version": hot_format.SCHEMA_VERSION}
+
+
+def test_start_session_without_a_task_resumes_the_current_one(recipe: HotDoc) -> None:
+    doc, resumed = hot_format.start_session(recipe, None, "sess-2", NOW)
+
+    assert resumed is True
+    assert doc["task"] == recipe["task"]
+    assert doc["pending_actions"] == recipe["pending_actions"]
+
+
+def test_start_session_on_an_empty_document_is_not_a_resume() -> None:
+    doc, resumed = hot_format.start_session(hot_format.empty_doc(), "New task", "sess-1", NOW)
+
+    assert resumed is False
+    assert doc["task"] == "New task"
+
+
+def test_start_session_with_another_task_resets_the_session_but_keeps_unknown_fields_and_checkpoints(
+    recipe: HotDoc,
+) -> None:
+    recipe = {**recipe, "checkpoints": [{"id": "c-1", "commit": "abc123"}], "summary": "old summary"}
+    recipe, _ = hot_format.add_note(recipe, "old note", NOW)
+    before = unchanged(recipe)
+
+    doc, resumed = hot_format.start_session(recipe, "Write the release notes", "sess-3", NOW)
+
+    assert resumed is False
+    assert recipe == before
+    assert doc["task"] == "Write the release notes"
+    assert doc["session_id"] == "sess-3"
+    for key in ("current_step", "summary"):
+        assert doc[key] == ""
+    for key in ("files_modified", "decisions", "pending_actions", "notes"):
+        assert doc[key] == []
+    assert doc["agent_mood"] == before["agent_mood"]
+    assert doc["checkpoints"] == before["checkpoints"]
+
+
+def test_update_progress_sets_the_step_and_adds_only_new_files(recipe: HotDoc) -> None:
+    before = unchanged(recipe)
+
+    doc, missing = hot_format.update_progress(
+        recipe, "Writing tests", files=["auth/jwt.py", "tests/test_jwt.py", "tests/test_jwt.py"]
+    )
+
+    assert recipe == before
+    assert missing == []
+    assert doc["current_step"] == "Writing tests"
+    assert doc["files_modified"] == ["auth/jwt.py", "auth/middleware.py", "tests/test_jwt.py"]
+    assert doc["agent_mood"] == before["agent_mood"]
+
+
+def test_update_progress_without_a_step_leaves_the_step(recipe: HotDoc) -> None:
+    doc, _ = hot_format.update_progress(recipe, None, files=["x.py"])
+
+    assert doc["current_step"] == recipe["current_step"]
+
+
+def test_update_progress_completes_pending_actions_and_reports_those_that_were_not_pending(recipe: HotDoc) -> None:
+    before = unchanged(recipe)
+
+    doc, missing = hot_format.update_progress(
+        recipe,
+        None,
+        pending_add=["Write changelog", "Update tests", "Write changelog"],
+        pending_done=["Run security scan", "Deploy to prod"],
+    )
+
+    assert recipe == before
+    assert missing == ["Deploy to prod"]
+    assert doc["pending_actions"] == ["Update tests", "Write changelog"]
+
+
+def test_add_decision_appends_a_stamped_decision_and_returns_it(recipe: HotDoc) -> None:
+    before = unchanged(recipe)
+
+    doc, decision = hot_format.add_decision(recipe, "Keep HS256 for internal tokens", "latency", "medium", NOW)
+
+    assert recipe == before
+    assert doc["decisions"][:-1] == before["decisions"]
+    assert doc["decisions"][-1] == decision
+    assert decision["action"] == "Keep HS256 for internal tokens"
+    assert decision["reason"] == "latency"
+    assert decision["risk"] == "medium"
+    assert decision["ts"] == "2024-03-15T09:30:00+00:00"
+    assert decision["id"].startswith("d-20240315093000-")
+    assert doc["agent_mood"] == before["agent_mood"]
+
+
+def test_add_decision_without_a_risk_has_no_risk_field(recipe: HotDoc) -> None:
+    _, decision = hot_format.add_decision(recipe, "a", "r", None, NOW)
+
+    assert "risk" not in decision
+
+
+def test_add_note_appends_a_stamped_note_and_returns_it(recipe: HotDoc) -> None:
+    before = unchanged(recipe)
+
+    doc, note = hot_format.add_note(recipe, "JWT lib pins cryptography<42", NOW)
+
+    assert recipe == before
+    assert doc["notes"] == [note]
+    assert note["text"] == "JWT lib pins cryptography<42"
+    assert note["id"].startswith("n-20240315093000-")
+    assert doc["agent_mood"] == before["agent_mood"]
+
+
+def test_ids_of_edits_made_in_the_same_second_differ(recipe: HotDoc) -> None:
+    ids = {hot_format.add_note(recipe, "x", NOW)[1]["id"] for _ in range(50)}
+
+    assert len(ids) == 50
+
+
+def test_a_chain_of_edits_keeps_unknown_fields_and_survives_the_file(recipe: HotDoc) -> None:
+    doc, _ = hot_format.start_session(recipe, None, "s", NOW)
+    doc, _ = hot_format.update_progress(doc, "step", ["f.py"], ["p"], ["Update tests"])
+    doc, _ = hot_format.add_decision(doc, "a", "r", None, NOW)
+    doc, _ = hot_format.add_note(doc, "n", NOW)
+
+    again = json.loads(hot_format.serialize(doc))
+
+    assert again["agent_mood"] == {"confidence": 0.8, "tags": ["careful"]}
+    assert again == doc
+
+
+# --- rendering -----------------------------------------------------------------------------------------------
+
+
+def test_render_lines_shows_task_step_files_pending_decisions_and_notes(recipe: HotDoc) -> None:
+    doc, _ = hot_format.add_note(recipe, "remember the clock skew", NOW)
+    doc = {**doc, "summary": "Earlier: moved keys to KMS."}
+
+    lines = hot_format.render_lines(doc)
+    text = "".join(lines)
+
+    assert all(line.endswith("\n") for line in lines)
+    for expected in (
+        "Task: Refactor authentication module\n",
+        "Current step: Updating JWT validation\n",
+        "- auth/middleware.py\n",
+        "## Pending actions\n",
+        "- Run security scan\n",
+        "## Decisions\n",
+        "Switched to RS256 — Asymmetric keys",
+        "Earlier: moved keys to KMS.\n",
+        "## Notes\n",
+        "[2024-03-15T09:30:00+00:00] remember the clock skew\n",
+    ):
+        assert expected in text
+    assert text.index("## Decisions") < text.index("## Notes")
+
+
+def test_render_lines_of_an_empty_document_shows_no_task() -> None:
+    text = "".join(hot_format.render_lines(hot_format.empty_doc()))
+
+    assert "Task: (none)\n" in text
+    assert "## Decisions" not in text and "## Notes" not in text
+
+
+def test_a_multiline_value_cannot_start_a_new_line_of_structure() -> None:
+    doc: dict[str, Any] = {**hot_format.empty_doc(), "task": "line one\n## Decisions\n- forged"}
+
+    lines = hot_format.render_lines(doc)
+
+    assert "## Decisions\n" not in lines
+    assert not any(line.startswith("- forged") for line in "".join(lines).split("\n"))
