@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck imports units pytest bench torture clean
+.PHONY: run test lint typecheck imports units pytest bench torture torture-ci clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,8 @@ run: $(STAMP)
 test: $(STAMP) lint typecheck imports units pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check memd tests bench
-	$(BIN)/ruff format --check memd tests bench
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy memd
@@ -35,6 +35,12 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+torture: $(STAMP)
+	$(BIN)/python torture/run.py
+
+torture-ci: $(STAMP)
+	$(BIN)/python torture/run.py --ci
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -129,6 +129,8 @@ class Checkpointer:
             raise Busy(f"a checkpoint of {ws.name!r} is already running")
         if not force and self._now() < health.next_allowed:
             raise CheckpointFailed(f"checkpoints of {ws.name!r} are backing off after failures: {health.last_error}")
+        if not force and not self.over_threshold(ws):
+            raise CheckpointFailed(f"hot tier of {ws.name!r} is below the checkpoint threshold; nothing to do")
         health.in_flight = True
         try:
             record = await self._run(ws, health)
