@@ -93,6 +93,8 @@ class OpenAISummarizer:
             ) from None
         except openai.OpenAIError as exc:
             raise Unavailable(f"LLM call failed: {type(exc).__name__}: {_short(str(exc))}") from None
+        except ValueError as exc:  # the client lets a malformed JSON body through as a bare JSONDecodeError
+            raise Unavailable(f"LLM endpoint sent a response that is not valid JSON: {_short(str(exc))}") from None
         finally:
             await asyncio.shield(client.close())
         request_id = str(getattr(response, "_request_id", "") or "")

@@ -8,8 +8,9 @@ for `key=value` assignments and URLs only the value or the password is replaced 
 Rules run in priority order over the original text (PEM blocks, then specific key formats, then bearer tokens,
 connection strings and finally the generic assignment rule). A span claimed by an earlier rule is never touched
 again, so nothing is redacted twice, and an existing placeholder is never redacted: `redact` is idempotent.
-Every pattern is anchored on a literal or a word boundary and its repetitions are bounded or possessive, so
-matching stays linear in the input size (no catastrophic backtracking on hostile or huge notes).
+Every pattern starts at a literal or behind a boundary lookbehind, and its repetitions are possessive, bounded
+or stop at the next marker, so matching stays linear in the input size (no catastrophic backtracking on hostile
+or huge notes; tests/unit/test_redact.py feeds it megabytes of near-misses).
 
 Imports nothing from memd.
 """
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PLACEHOLDER = "[REDACTED:{kind}]"
+_PLACEHOLDER_RE = re.compile(r"\[REDACTED:[a-z_]{1,40}\]")
 
 
 @dataclass(frozen=True)
@@ -42,27 +44,33 @@ class _Rule:
     folded: bool = False
 
 
-def _has_classes(value: str, *, digit: bool, mixed_case: bool) -> bool:
-    if digit and not any(c.isdigit() for c in value):
-        return False
-    return not (mixed_case and not (any(c.isupper() for c in value) and any(c.islower() for c in value)))
+def _looks_random(value: str, *, mixed_case: bool) -> bool:
+    has_digit = any(c.isdigit() for c in value)
+    if mixed_case:
+        return has_digit and any(c.isupper() for c in value) and any(c.islower() for c in value)
+    return has_digit and any(c.isalpha() for c in value)
 
 
-def _random_looking_key(match: re.Match[str], value: str) -> bool:
-    # `sk-learn-pipeline-v2` is a name; a real key body is random: upper, lower and digits.
-    return _has_classes(value, digit=True, mixed_case=True)
+def _random_key_body(match: re.Match[str], value: str) -> bool:
+    # `sk-learn-pipeline-v2` is a name; a real key body is random: upper case, lower case and digits.
+    return _looks_random(match.group("body"), mixed_case=True)
 
 
-def _random_looking_bearer(match: re.Match[str], value: str) -> bool:
+def _random_bearer(match: re.Match[str], value: str) -> bool:
     # Outside an Authorization header "bearer" is often prose ("a bearer token"); a real token is long and random.
-    return len(value) >= 16 and _has_classes(value, digit=True, mixed_case=False) and any(c.isalpha() for c in value)
+    return len(value) >= 16 and _looks_random(value, mixed_case=False)
+
+
+def _slack_with_digits(match: re.Match[str], value: str) -> bool:
+    # Real Slack tokens carry numeric team/user ids; `xoxb-tokens-belong-to-bots` is prose.
+    return any(c.isdigit() for c in value[5:])
 
 
 _NOT_A_VALUE = re.compile(
     r"""(?ix)
     (?: none | null | nil | true | false | yes | no | on | off | undefined | empty
       | str | string | bytes | int | bool | any | optional\[.* | secretstr
-      | \*+ | x{3,} | \.{3} | …
+      | \*+ | x{3,} | \.{3} | … | [{\[(|]           # masked; an object, list or block follows
       | \$\{.* | (?-i:\$[A-Z_][A-Z0-9_]*) | %\(\w+\)[sdr] | %[sdr]   # ${VAR} $VAR %(var)s
       | \{\{.* | \{[A-Za-z_]\w*\} | <[^>]*>          # {{ secrets.X }} {password} <your-key>
       | (?-i:[a-z_][a-z0-9_]*(?:\.[A-Za-z_]\w*)*(?:\[|\([\w.]*\)?))  # os.environ["X"] get_token()
@@ -99,27 +107,27 @@ _RULES: tuple[_Rule, ...] = (
         ),
         needles=("PRIVATE KEY",),
     ),
-    _Rule("anthropic_key", re.compile(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,400}+"), needles=("sk-ant-",)),
+    _Rule("anthropic_key", re.compile(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,}+"), needles=("sk-ant-",)),
     _Rule(
         "openai_key",
-        re.compile(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_-]{20,400}+)"),
-        accept=lambda m, v: _random_looking_key(m, m.group("body")),
+        re.compile(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:(?:proj|svcacct|admin|None)-)?(?P<body>[A-Za-z0-9_-]{20,}+)"),
+        accept=_random_key_body,
         needles=("sk-",),
     ),
     _Rule(
         "github_token",
-        re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,251}+|github_pat_\w{40,251}+)"),
+        re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}+|github_pat_\w{40,}+)"),
         needles=("gh",),
     ),
     _Rule(
         "slack_token",
-        re.compile(r"(?<![A-Za-z0-9_-])(?:xox[abposre](?:\.xox[bp])?|xapp)-[A-Za-z0-9-]{10,250}+"),
-        accept=lambda m, v: any(c.isdigit() for c in v[5:]),
+        re.compile(r"(?<![A-Za-z0-9_-])(?:xox[abposre](?:\.xox[bp])?|xapp)-[A-Za-z0-9-]{10,}+"),
+        accept=_slack_with_digits,
         needles=("xox", "xapp-"),
     ),
     _Rule(
         "slack_token",
-        re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9_/-]{8,250}+)"),
+        re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9_/-]{8,}+)"),
         groups=("secret",),
         needles=("hooks.slack.com",),
     ),
@@ -148,7 +156,7 @@ _RULES: tuple[_Rule, ...] = (
         "bearer_token",
         re.compile(
             r"(?i:\b(?:proxy-)?authorization)[\"']?[ \t]*[:=][ \t]*[\"']?(?i:bearer|basic|token)[ \t]++"
-            r"(?P<secret>[A-Za-z0-9._~+/-]{1,4096}+=*+)"
+            r"(?P<secret>[A-Za-z0-9._~+/-]++=*+)"
         ),
         groups=("secret",),
         needles=("authorization",),
@@ -156,9 +164,9 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "bearer_token",
-        re.compile(r"(?i:\bbearer)[ \t]++(?P<secret>[A-Za-z0-9._~+/-]{1,4096}+=*+)"),
+        re.compile(r"(?i:\bbearer)[ \t]++(?P<secret>[A-Za-z0-9._~+/-]++=*+)"),
         groups=("secret",),
-        accept=lambda m, v: _random_looking_bearer(m, v),
+        accept=_random_bearer,
         needles=("bearer",),
         folded=True,
     ),
@@ -178,9 +186,9 @@ _RULES: tuple[_Rule, ...] = (
             rf"(?<![A-Za-z0-9_.-])(?P<key>[A-Za-z0-9_.-]{{0,64}}?(?i:{_KEYWORDS}))"
             r"[\"']?[ \t]*(?::=|=>|==|[:=])[ \t]*"
             # A quoted value ends at its closing quote or, cut short, at the end of the line.
-            r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.){1,4096}+)"
-            r"|'(?P<sq>[^'\n]{1,4096}+)"
-            r"|(?P<bare>[^\s\"'&<>,;]{0,4095}[^\s\"'&<>,;.)}\]]))"
+            r"(?:\"(?P<dq>(?:[^\"\\\n]|\\.)++)"
+            r"|'(?P<sq>[^'\n]++)"
+            r"|(?P<bare>[^\s\"'&<>,;]*[^\s\"'&<>,;.)}\]]))"
         ),
         groups=("dq", "sq", "bare"),
         accept=_plausible_assignment,
@@ -192,8 +200,10 @@ _RULES: tuple[_Rule, ...] = (
 
 def redact(text: str) -> Redaction:
     """Replace every credential in `text` by `[REDACTED:<kind>]`; counts say how many of each kind."""
-    starts: list[int] = []
-    spans: list[tuple[int, int, str]] = []
+    # Placeholders already in the text (a summary of summaries) are claimed first, as opaque: never redacted
+    # again and never part of another match, such as a URL whose "user:password" straddles one.
+    spans: list[tuple[int, int, str | None]] = [(*m.span(), None) for m in _PLACEHOLDER_RE.finditer(text)]
+    starts = [start for start, _, _ in spans]
     folded = text.lower()
     for rule in _RULES:
         haystack = folded if rule.folded else text
@@ -201,26 +211,25 @@ def redact(text: str) -> Redaction:
             continue
         for match in rule.pattern.finditer(text):
             start, end = _secret_span(rule, match)
-            if start >= end:
-                continue
-            value = text[start:end]
-            if value.startswith("[REDACTED:") or (rule.accept is not None and not rule.accept(match, value)):
+            if start >= end or (rule.accept is not None and not rule.accept(match, text[start:end])):
                 continue
             i = bisect_left(starts, start)
             if (i > 0 and spans[i - 1][1] > start) or (i < len(spans) and spans[i][0] < end):
                 continue  # claimed by an earlier, more specific rule
             starts.insert(i, start)
             spans.insert(i, (start, end, rule.kind))
-    if not spans:
-        return Redaction(text, {})
-    out: list[str] = []
     counts: dict[str, int] = {}
+    out: list[str] = []
     pos = 0
     for start, end, kind in spans:
+        if kind is None:
+            continue
         out.append(text[pos:start])
         out.append(PLACEHOLDER.format(kind=kind))
         counts[kind] = counts.get(kind, 0) + 1
         pos = end
+    if not counts:
+        return Redaction(text, {})
     out.append(text[pos:])
     return Redaction("".join(out), counts)
 

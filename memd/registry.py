@@ -47,6 +47,7 @@ class Registry:
         self.stats = SyncStats()
         self.listeners: list[ChangeListener] = []
         self.watcher: Watcher | None = None
+        self._rewatch: set[Path] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._debounce: Debouncer[str] = Debouncer(
             config.watch.settle_seconds, config.watch.max_wait_seconds, self._adopt
@@ -173,13 +174,15 @@ class Registry:
 
     # --- outside changes -------------------------------------------------------------------------------------
 
-    def _hint_from_thread(self, root: Path, tier: str) -> None:
+    def _hint_from_thread(self, root: Path, tier: str, structural: bool) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._hint, root, tier)
+            loop.call_soon_threadsafe(self._hint, root, tier, structural)
 
-    def _hint(self, root: Path, tier: str) -> None:
+    def _hint(self, root: Path, tier: str, structural: bool = False) -> None:
         self.stats.hints += 1
+        if structural:
+            self._rewatch.add(root)  # the kernel dropped the watch with the old directory
         name = self._by_root.get(root)
         if name is not None and tier:
             self._debounce.poke(name, tier)
@@ -190,6 +193,9 @@ class Registry:
         ws = self.workspaces.get(name)
         if ws is None:
             return
+        if self.watcher is not None and ws.root in self._rewatch:
+            self._rewatch.discard(ws.root)
+            self.watcher.watch_workspace(ws.root)
         changed = ws.refresh()
         if changed:
             self.stats.adopted += 1
@@ -201,6 +207,8 @@ class Registry:
         changed_count = 0
         for name in list(self.workspaces):
             ws = self.workspaces[name]
+            if self.watcher is not None and self.watcher.rewatch_if_replaced(ws.root):
+                log.info("reconcile: workspace %s: a tier directory was replaced; watching it again", name)
             changed = ws.refresh()
             if changed:
                 changed_count += 1

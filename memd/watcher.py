@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,7 +55,9 @@ WATCH_LIMIT_HINT = (
     "`sysctl fs.inotify.max_user_watches=524288` (and persist it in /etc/sysctl.d/)"
 )
 
-OnChange = Callable[[Path, str], None]  # (root, tier or "" for the root itself); called on the watchdog thread
+# (root, tier or "" for the root itself, structural: a tier directory itself appeared, vanished or moved);
+# called on the watchdog thread
+OnChange = Callable[[Path, str, bool], None]
 
 
 @dataclass
@@ -78,26 +81,36 @@ class _Handler(FileSystemEventHandler):
             self.health.events += 1
             for raw in (event.src_path, getattr(event, "dest_path", "")):
                 if raw:
-                    self._route(Path(raw if isinstance(raw, str) else raw.decode()))
+                    self._route(Path(raw if isinstance(raw, str) else raw.decode()), event.is_directory)
         except Exception as exc:  # never let an exception kill the observer thread
             self.health.handler_errors += 1
             self.health.last_error = f"{type(exc).__name__}: {exc}"
             log.exception("watch handler failed")
 
-    def _route(self, path: Path) -> None:
+    def _route(self, path: Path, is_directory: bool) -> None:
         try:
             parts = path.relative_to(self.root).parts
         except ValueError:
             return
         if self.discovery:
             if parts:
-                self.on_change(self.root / parts[0], "" if len(parts) == 1 else parts[1])
+                self.on_change(self.root / parts[0], "" if len(parts) == 1 else parts[1], False)
             return
         if not parts or parts[0] not in TIERS:
             return
         if any(p == ".git" or ".memd-tmp-" in p for p in parts):
             return
-        self.on_change(self.root, parts[0])
+        self.on_change(self.root, parts[0], is_directory and len(parts) == 1)
+
+
+def _dir_identities(root: Path) -> tuple[int, ...]:
+    identities = []
+    for tier in TIERS:
+        try:
+            identities.append(os.stat(root / tier).st_ino)
+        except OSError:
+            identities.append(0)
+    return tuple(identities)
 
 
 class Watcher:
@@ -108,6 +121,7 @@ class Watcher:
         self._poller: BaseObserver | None = None
         self._polling_interval = polling_interval
         self._watches: dict[Path, list[tuple[BaseObserver, ObservedWatch]]] = {}
+        self._tier_dirs: dict[Path, tuple[int, ...]] = {}
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -131,6 +145,14 @@ class Watcher:
         handler = _Handler(root, self.on_change, self.health, discovery=False)
         paths = [root / t for t in TIERS if (root / t).is_dir()]
         self._schedule(root, handler, [(p, True) for p in paths] + [(root, False)])
+        self._tier_dirs[root] = _dir_identities(root)
+
+    def rewatch_if_replaced(self, root: Path) -> bool:
+        """A tier directory removed and made again loses its kernel watch: watch it anew. True if it did."""
+        if root not in self._tier_dirs or _dir_identities(root) == self._tier_dirs[root]:
+            return False
+        self.watch_workspace(root)
+        return True
 
     def watch_discovery_root(self, root: Path) -> None:
         """Watch a discovery root for workspace directories appearing and disappearing."""
@@ -138,6 +160,7 @@ class Watcher:
         self._schedule(root, handler, [(root, False)])
 
     def unwatch(self, root: Path) -> None:
+        self._tier_dirs.pop(root, None)
         with self._lock:
             for observer, watch in self._watches.pop(root, []):
                 with contextlib.suppress(KeyError, OSError):

@@ -212,7 +212,7 @@ class Workspace:
         if writes:
             self._in_flight = True
             try:
-                fps = await asyncio.get_running_loop().run_in_executor(self._io, fsio.apply_writes, writes)
+                fps = await asyncio.get_running_loop().run_in_executor(self._io, _apply_writes, self.root, writes)
             except OSError as exc:
                 self._fail(accepted, exc)
                 return
@@ -362,6 +362,16 @@ class Workspace:
 
     def usage_dict(self) -> dict[str, Any]:
         return {tier: u.as_dict() for tier, u in self.usage().items()}
+
+
+def _apply_writes(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    """Runs in a worker thread. A tier directory someone removed is made again (the workspace root never is:
+    a removed workspace stays removed), so one `rm -r warm` does not fail every later write."""
+    for write in writes:
+        tier_dir = write.path.parent
+        if not tier_dir.exists() and not tier_dir.is_symlink() and root.is_dir():
+            fsio.ensure_dir(tier_dir)
+    return fsio.apply_writes(writes)
 
 
 def _replace_tree(root: Path, files: dict[str, bytes], paths: list[str]) -> list[str]:
