@@ -317,7 +317,7 @@ def _human(cmd: str, result: Any) -> str:
                 lines.append(f"  {tier:<5} {_bar(usage)}")
             for tier, err in ws.get("file_errors", {}).items():
                 lines.append(f"  ! {tier}: {err}")
-            if ws.get("last_write_error"):
+            if ws.get("write_fault"):
                 lines.append(f"  ! last write error ({ws['last_write_error_at']}): {ws['last_write_error']}")
         return "\n".join(lines)
     if cmd == "context":

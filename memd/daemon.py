@@ -121,6 +121,7 @@ class Daemon:
             "pending_writes": ws.pending,
             "writes": ws.health.writes,
             "batches": ws.health.batches,
+            "write_fault": ws.health.write_fault,
             "last_write_error": ws.health.last_write_error or None,
             "last_write_error_at": ws.health.last_write_error_at or None,
             "file_errors": errors,

@@ -62,6 +62,13 @@ class Debouncer(Generic[K]):
                 pending.handle.cancel()
             self._fire(key, pending.reasons)
 
+    def drain(self) -> list[K]:
+        """Cancel every pending key and return them (the caller handles them itself)."""
+        keys = list(self._pending)
+        for key in keys:
+            self.cancel(key)
+        return keys
+
     def cancel(self, key: K) -> None:
         pending = self._pending.pop(key, None)
         if pending is not None and pending.handle is not None:

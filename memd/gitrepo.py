@@ -119,9 +119,8 @@ class GitRepo:
         """Choose where this workspace's snapshot repository lives (see the module docstring)."""
         own = work_tree / ".git"
         if own.is_dir():
-            repo = cls(work_tree, own, git, paths)
-            if adopt or repo.config_get("memd.managed") == "true":
-                return repo
+            if adopt or _managed_marker(git, own) == "true":
+                return cls(work_tree, own, git, paths)
             return cls(work_tree, separate_dir, git, paths)
         if own.exists() or inside_other_work_tree(work_tree, git):
             return cls(work_tree, separate_dir, git, paths)
@@ -133,6 +132,14 @@ class GitRepo:
         return {**_base_env(), "GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.work_tree)}
 
     def run(self, *args: str, check: bool = True, timeout: float = GIT_TIMEOUT, input: bytes | None = None) -> bytes:
+        return self._exec(args, check, timeout, input).stdout
+
+    def returncode(self, *args: str) -> int:
+        return self._exec(args, False, GIT_TIMEOUT, None).returncode
+
+    def _exec(
+        self, args: Sequence[str], check: bool, timeout: float, input: bytes | None
+    ) -> subprocess.CompletedProcess[bytes]:
         cmd = [
             self.git,
             "-c", "core.hooksPath=/dev/null",
@@ -157,15 +164,7 @@ class GitRepo:
         if check and out.returncode != 0:
             err = out.stderr.decode(errors="replace").strip()
             raise GitError(f"git {args[0]} failed in {self.git_dir}: {err or f'exit {out.returncode}'}")
-        return out.stdout
-
-    def config_get(self, key: str) -> str:
-        if not self.git_dir.exists():
-            return ""
-        try:
-            return self.run("config", "--get", key, check=False).decode().strip()
-        except GitError:
-            return ""
+        return out
 
     # --- snapshots -------------------------------------------------------------------------------------------
 
@@ -207,40 +206,44 @@ class GitRepo:
                 raise GitError(f"{lock} is held by a running git for over {timeout:.0f}s; snapshot postponed")
             time.sleep(0.05)
 
-    def stage(self) -> bool:
-        """Stage the snapshot paths. True when something differs from HEAD."""
+    def stage(self, lock_wait: float = GIT_TIMEOUT) -> list[str]:
+        """Stage the snapshot paths. Returns the files that differ from HEAD (deletions included); [] if none."""
         self.check_safe()
-        self.wait_for_index_lock()
+        self.wait_for_index_lock(lock_wait)
         present = [p for p in self.paths if (self.work_tree / p).exists() or self._tracked(p)]
         if not present:
-            return False
+            return []
         self.run("add", "--all", "--", *present)
-        has_head = self.run("rev-parse", "--verify", "--quiet", "HEAD", check=False).strip() != b""
-        if not has_head:
-            return bool(self.run("ls-files", "--", *present).strip())
-        return self.run(
-            "diff", "--cached", "--quiet", "HEAD", "--", *present, check=False
-        ) != b"" or self._staged_changes(present)
-
-    def _staged_changes(self, paths: Sequence[str]) -> bool:
-        out = subprocess.run(
-            [self.git, "diff", "--cached", "--quiet", "HEAD", "--", *paths],
-            cwd=self.work_tree, env=self._env(), capture_output=True, timeout=GIT_TIMEOUT, check=False,
-        )  # fmt: skip
-        return out.returncode == 1
+        if self.returncode("rev-parse", "--verify", "--quiet", "HEAD") != 0:  # no commit yet
+            listing = self.run("ls-files", "-z", "--", *present)
+        else:
+            listing = self.run("diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present)
+        return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
 
     def _tracked(self, path: str) -> bool:
         if not (self.git_dir / "HEAD").exists():
             return False
         return bool(self.run("ls-files", "--", path, check=False).strip())
 
-    def commit(self, subject: str, body: str, trailers: Mapping[str, str]) -> str:
+    def commit(self, paths: Sequence[str], subject: str, body: str, trailers: Mapping[str, str]) -> str:
+        """Commit exactly the files `stage` listed (`--only`: anything else someone staged in an adopted
+        repository stays staged and out of memd's commit)."""
         lines = [subject, ""]
         if body:
             lines += [body, ""]
         lines += [f"{k}: {_one_line(v)}" for k, v in trailers.items() if v != ""]
+        message = "\n".join(lines).encode()
         self.run(
-            "commit", "--quiet", "--no-verify", "--allow-empty-message", "-F", "-", input="\n".join(lines).encode()
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "--allow-empty-message",
+            "-F",
+            "-",
+            "--only",
+            "--",
+            *paths,
+            input=message,
         )
         return self.head()
 
@@ -321,6 +324,24 @@ class GitRepo:
 
     def fsck(self) -> str:
         return self.run("fsck", "--no-progress", check=False).decode(errors="replace")
+
+
+def _managed_marker(git: str, git_dir: Path) -> str:
+    """`memd.managed` read from the config file itself: a repository whose HEAD or objects broke while memd was
+    down is still recognised as memd's (and reported as broken) instead of being replaced by a fresh one."""
+    config = git_dir / "config"
+    if not config.exists():
+        return ""
+    try:
+        out = subprocess.run(
+            [git, "config", "--file", str(config), "--get", "memd.managed"],
+            capture_output=True, timeout=GIT_TIMEOUT, env=_base_env(), check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if out.returncode not in (0, 1):  # 1: key absent; anything else: the file cannot be read
+        raise GitError(f"cannot read {config} to tell whether memd manages it: {out.stderr.decode().strip()}")
+    return out.stdout.decode().strip()
 
 
 def _one_line(text: str) -> str:

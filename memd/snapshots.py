@@ -27,6 +27,7 @@ from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
 State = Literal["new", "ok", "disabled", "repo-unsafe", "error"]
+UNDER_WRITER_LOCK_WAIT = 0.5  # seconds a snapshot may wait for index.lock while writes queue behind it
 
 
 @dataclass
@@ -111,7 +112,7 @@ class Snapshotter:
         """Commit what is about to be deleted. Refuses (raises) when that fails, so nothing leaves history."""
         if not self.config.enabled or "warm" not in self.config.paths:
             return
-        rev, _ = await self.snapshot(ws, f"before {why}", hold_writer=False)
+        rev, _ = await self.snapshot(ws, f"before {why}")
         if not rev:
             raise Unavailable(
                 f"not running {why} on {ws.name!r}: its files could not be committed to git first "
@@ -120,7 +121,7 @@ class Snapshotter:
 
     async def flush(self, reason: str) -> int:
         """Snapshot every dirty workspace now (interval job, shutdown). Returns commits made."""
-        self._debounce.flush()
+        self._debounce.drain()  # what was waiting to settle is committed below, under this reason
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         made = 0
@@ -133,57 +134,61 @@ class Snapshotter:
 
     # --- the snapshot ----------------------------------------------------------------------------------------
 
-    async def snapshot(
-        self, ws: Workspace, reason: str, trailers: dict[str, str] | None = None, hold_writer: bool = True
-    ) -> tuple[str, bool]:
+    async def snapshot(self, ws: Workspace, reason: str, trailers: dict[str, str] | None = None) -> tuple[str, bool]:
         """Commit the workspace's current state. Returns (HEAD after, whether a commit was made).
 
         Errors are recorded in status and returned as ("", False); writes are never affected.
+        Lock order, everywhere: this repository's lock, then the workspace's writer.
         """
         if not self.config.enabled:
             return "", False
         if ws.name not in self._workspaces:
             self.track(ws)
         state = self._states[ws.name]
-        loop = asyncio.get_running_loop()
         async with state.lock:
-            try:
-                repo = await self._repo(ws, state)
-                dirty, state.dirty = state.dirty, set()
-                if hold_writer:
-                    async with ws.exclusive:
-                        staged = await loop.run_in_executor(self._io, repo.stage)
-                else:  # the caller already holds the writer (e.g. a retention sweep)
-                    staged = await loop.run_in_executor(self._io, repo.stage)
-                if not staged:
-                    head = await loop.run_in_executor(self._io, _head_or_empty, repo)
-                    state.state = "ok"
-                    return head, False
-                doc = ws.hot.doc
-                all_trailers = {
-                    "Memd-Reason": reason,
-                    "Memd-Session": str(doc.get("session_id") or ""),
-                    "Memd-Step": str(doc.get("current_step") or ""),
-                    "Memd-Tiers": ", ".join(sorted(dirty)) if dirty else "",
-                    **(trailers or {}),
-                }
-                subject = f"memd: {reason}" + (f" ({', '.join(sorted(dirty))})" if dirty else "")
-                body = f"Task: {doc.get('task') or '(none)'}"
-                rev = await loop.run_in_executor(self._io, repo.commit, subject, body, all_trailers)
-            except RepoUnsafe as exc:
-                return self._failed(ws, state, "repo-unsafe", exc.message)
-            except GitMissing as exc:
-                return self._failed(ws, state, "disabled", exc.message)
-            except (GitError, OSError) as exc:
-                return self._failed(ws, state, "error", getattr(exc, "message", None) or str(exc))
-            state.state = "ok"
-            state.last_error = ""
-            state.commits += 1
-            state.last_commit = rev
-            state.last_commit_at = ws.clock.now().isoformat(timespec="seconds")
-            state.last_reason = reason
-            log.debug("workspace %s: snapshot %s (%s)", ws.name, rev[:10], reason)
-            return rev, True
+            return await self._snapshot_locked(ws, state, reason, trailers)
+
+    async def _snapshot_locked(
+        self, ws: Workspace, state: RepoState, reason: str, trailers: dict[str, str] | None
+    ) -> tuple[str, bool]:
+        loop = asyncio.get_running_loop()
+        try:
+            repo = await self._repo(ws, state)
+            # A person's git may hold index.lock for as long as their editor is open: wait for it here, without
+            # the writer; under the writer, give up quickly and retry later rather than stall acknowledgements.
+            await loop.run_in_executor(self._io, repo.wait_for_index_lock)
+            dirty, state.dirty = state.dirty, set()
+            async with ws.exclusive:
+                paths = await loop.run_in_executor(self._io, repo.stage, UNDER_WRITER_LOCK_WAIT)
+            if not paths:
+                head = await loop.run_in_executor(self._io, _head_or_empty, repo)
+                state.state = "ok"
+                return head, False
+            doc = ws.hot.doc
+            all_trailers = {
+                "Memd-Reason": reason,
+                "Memd-Session": str(doc.get("session_id") or ""),
+                "Memd-Step": str(doc.get("current_step") or ""),
+                "Memd-Tiers": ", ".join(sorted(dirty)) if dirty else "",
+                **(trailers or {}),
+            }
+            subject = f"memd: {reason}" + (f" ({', '.join(sorted(dirty))})" if dirty else "")
+            body = f"Task: {doc.get('task') or '(none)'}"
+            rev = await loop.run_in_executor(self._io, repo.commit, paths, subject, body, all_trailers)
+        except RepoUnsafe as exc:
+            return self._failed(ws, state, "repo-unsafe", exc.message)
+        except GitMissing as exc:
+            return self._failed(ws, state, "disabled", exc.message)
+        except (GitError, OSError) as exc:
+            return self._failed(ws, state, "error", getattr(exc, "message", None) or str(exc))
+        state.state = "ok"
+        state.last_error = ""
+        state.commits += 1
+        state.last_commit = rev
+        state.last_commit_at = ws.clock.now().isoformat(timespec="seconds")
+        state.last_reason = reason
+        log.debug("workspace %s: snapshot %s (%s)", ws.name, rev[:10], reason)
+        return rev, True
 
     def _failed(self, ws: Workspace, state: RepoState, kind: State, message: str) -> tuple[str, bool]:
         state.dirty |= set(self.config.paths)  # try again on the next trigger or flush
@@ -244,16 +249,19 @@ class Snapshotter:
         loop = asyncio.get_running_loop()
         commit = await loop.run_in_executor(self._io, repo.resolve, rev)
         files = await loop.run_in_executor(self._io, repo.files_at, commit, list(paths))
-        before, _ = await self.snapshot(ws, f"before restore of {commit[:12]}")
-        if not before:
-            raise Unavailable(
-                f"not restoring {ws.name!r}: its current state could not be committed first "
-                f"({self._states[ws.name].last_error or 'unknown error'})"
-            )
-        changed = await ws.restore_files(files, list(paths))
-        after, created = await self.snapshot(ws, f"restore of {commit[:12]}", {"Memd-Restored-From": commit})
+        state = self._states[ws.name]
+        async with state.lock:  # before, restore and after form one step: no debounced snapshot between them
+            before, _ = await self._snapshot_locked(ws, state, f"before restore of {commit[:12]}", None)
+            if not before:
+                raise Unavailable(
+                    f"not restoring {ws.name!r}: its current state could not be committed first "
+                    f"({state.last_error or 'unknown error'})"
+                )
+            changed = await ws.restore_files(files, list(paths))
+            trailers = {"Memd-Restored-From": commit}
+            after, created = await self._snapshot_locked(ws, state, f"restore of {commit[:12]}", trailers)
         if not created and changed:
-            raise MemdError(f"restored files but could not commit the result: {self._states[ws.name].last_error}")
+            raise MemdError(f"restored files but could not commit the result: {state.last_error or 'unknown'}")
         return {"rev": commit, "before": before, "after": after, "changed": changed}
 
     # --- push ------------------------------------------------------------------------------------------------
@@ -273,27 +281,27 @@ class Snapshotter:
             if state.push_state == "diverged":
                 results[name] = "diverged"
                 continue
-            async with state.lock:
-                try:
-                    repo = await self._repo(ws, state)
-                    head = await loop.run_in_executor(self._io, _head_or_empty, repo)
-                    if not head or head == state.pushed_head:
-                        continue
-                    outcome = await loop.run_in_executor(
-                        self._io, repo.push, self.remote_for(name), self.config.branch, self.config.push_timeout_seconds
-                    )
-                except (GitError, OSError) as exc:
-                    state.push_state, state.push_error = "error", getattr(exc, "message", str(exc))
-                    results[name] = "error"
+            try:  # no repository lock: a push only reads refs and objects, and may take a minute
+                repo = state.repo
+                head = await loop.run_in_executor(self._io, _head_or_empty, repo)
+                if not head or head == state.pushed_head:
                     continue
+                outcome = await loop.run_in_executor(
+                    self._io, repo.push, self.remote_for(name), self.config.branch, self.config.push_timeout_seconds
+                )
+            except (GitError, OSError) as exc:
+                state.push_state, state.push_error = "error", getattr(exc, "message", str(exc))
+                results[name] = "error"
+                continue
             state.push_state = outcome
             if outcome == "ok":
                 state.pushed_head, state.push_error = head, ""
             else:
                 state.push_error = (
                     f"{self.remote_for(name)} has commits this workspace lacks; memd stopped pushing (it never "
-                    f"forces). Reconcile: cd {ws.root} && git pull --no-rebase {self.remote_for(name)} "
-                    f"{self.config.branch}, or `memd snapshot push {name}` once the remote was reset"
+                    f"forces). Reconcile with a git pull into memd's repository: git --git-dir={repo.git_dir} "
+                    f"--work-tree={ws.root} pull --no-rebase {self.remote_for(name)} {self.config.branch}, "
+                    f"then `memd push {name}`"
                 )
                 log.warning("workspace %s: push diverged: %s", name, state.push_error)
             results[name] = outcome

@@ -92,6 +92,7 @@ class Health:
 
     last_write_error: str = ""
     last_write_error_at: str = ""
+    write_fault: bool = False  # the last batch that wrote failed; cleared by the next one that succeeds
     writes: int = 0
     batches: int = 0
 
@@ -219,6 +220,9 @@ class Workspace:
             finally:
                 self._in_flight = False
             changed = self._publish(draft, today, writes, fps, warm_write, cold_write, hot_write)
+            if self.health.write_fault:
+                self.health.write_fault = False
+                log.info("workspace %s: writes succeed again", self.name)
         else:
             changed = frozenset()
         self.health.batches += 1
@@ -257,6 +261,7 @@ class Workspace:
         where = exc.filename or self.root
         message = f"could not write workspace {self.name!r} durably: {reason} ({where}); nothing was acknowledged"
         self.health.last_write_error = message
+        self.health.write_fault = True
         self.health.last_write_error_at = self.clock.now().isoformat(timespec="seconds")
         log.error("%s", message)
         # What reached the disk before the failure is re-read on the next batch (fingerprints differ).
@@ -287,12 +292,14 @@ class Workspace:
         policy = self.config.warm
         today = self.today()
         loop = asyncio.get_running_loop()
-        async with self._exclusive:
-            plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
-            removed: list[str] = []
-            if plan.expired and not dry_run:
-                if self.before_destructive is not None:
-                    await self.before_destructive(self, "retention")
+        removed: list[str] = []
+        plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
+        if plan.expired and not dry_run:
+            if self.before_destructive is not None:  # commits the files first; takes the writer itself
+                await self.before_destructive(self, "retention")
+            async with self._exclusive:
+                # Planned again under the writer: only what is still expired (and was just committed) goes.
+                plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
                 action = retention.archive_expired if policy.mode == "archive" else retention.delete_expired
                 try:
                     removed = await loop.run_in_executor(self._io, action, plan)

@@ -1,0 +1,387 @@
+"""Specification of the git adapter (memd.gitrepo.GitRepo) with the real git CLI in temporary directories.
+
+Where a workspace's repository lives: `<workspace>/.git` when memd may create or owns it, a separate git dir
+under the state directory when the workspace sits inside someone's work tree or has a `.git` memd did not create,
+and the workspace's own `.git` when the config says to adopt it. `ensure()` creates the repository (marked
+`memd.managed`) and never the workspace. `stage()` lists what changed, so memd never makes an empty
+commit; trailers written by `commit()` parse back through `log()`; a merge or rebase in progress is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from memd.errors import NotFound
+from memd.gitrepo import GitError, GitRepo, RepoUnsafe, find_git
+
+PATHS = ("hot", "warm", "cold")
+GIT = find_git()
+
+
+def person_git(cwd: Path, *args: str) -> str:
+    """git as a person runs it: in a directory, with their identity, no GIT_DIR from memd."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_AUTHOR_NAME="Person",
+        GIT_AUTHOR_EMAIL="person@example.com",
+        GIT_COMMITTER_NAME="Person",
+        GIT_COMMITTER_EMAIL="person@example.com",
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    out = subprocess.run([GIT, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, f"git {' '.join(args)} failed: {out.stderr}"
+    return out.stdout
+
+
+def make_workspace(path: Path) -> Path:
+    for tier in PATHS:
+        (path / tier).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def locate(workspace: Path, state: Path, adopt: bool = False) -> GitRepo:
+    return GitRepo.locate(workspace, state / "git" / "ws.git", GIT, PATHS, adopt)
+
+
+def user_repo(path: Path) -> str:
+    """A repository a person made (not memd's), with one commit. Returns its HEAD."""
+    path.mkdir(parents=True, exist_ok=True)
+    person_git(path, "init", "--quiet", "--initial-branch=main")
+    write(path / "README.md", "mine\n")
+    person_git(path, "add", "README.md")
+    person_git(path, "commit", "--quiet", "-m", "initial")
+    return person_git(path, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> GitRepo:
+    """A fresh memd-managed repository in a plain workspace directory."""
+    ws = make_workspace(tmp_path / "ws")
+    r = locate(ws, tmp_path / "state")
+    r.ensure("main")
+    return r
+
+
+def snapshot(r: GitRepo, reason: str = "writes", **trailers: str) -> str:
+    paths = r.stage()
+    assert paths, "expected something to commit"
+    return r.commit(paths, f"memd: {reason}", "Task: t", {"Memd-Reason": reason, **trailers})
+
+
+# --- where the repository lives -------------------------------------------------------------------------------
+
+
+def test_a_plain_directory_gets_its_own_dot_git(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+
+    r = locate(ws, tmp_path / "state")
+
+    assert r.git_dir == ws / ".git"
+    assert r.work_tree == ws
+
+
+def test_a_workspace_inside_another_work_tree_gets_a_separate_git_dir(tmp_path: Path) -> None:
+    outer = tmp_path / "project"
+    user_repo(outer)
+    ws = make_workspace(outer / "agent-memory")
+    write(ws / "hot" / "context.json", "{}\n")
+
+    r = locate(ws, tmp_path / "state")
+
+    assert r.git_dir == tmp_path / "state" / "git" / "ws.git"
+    r.ensure("main")
+    snapshot(r)
+    assert not (ws / ".git").exists()
+    assert person_git(outer, "status", "--porcelain") == "?? agent-memory/\n"
+
+
+def test_an_existing_dot_git_memd_did_not_create_is_left_alone(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    user_repo(ws)
+
+    r = locate(ws, tmp_path / "state")
+
+    assert r.git_dir == tmp_path / "state" / "git" / "ws.git"
+
+
+def test_a_dot_git_file_is_left_alone(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    write(ws / ".git", "gitdir: /somewhere/else\n")
+
+    r = locate(ws, tmp_path / "state")
+
+    assert r.git_dir == tmp_path / "state" / "git" / "ws.git"
+
+
+def test_a_dot_git_memd_created_is_used_again(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    locate(ws, tmp_path / "state").ensure("main")
+
+    r = locate(ws, tmp_path / "state")
+
+    assert r.git_dir == ws / ".git"
+
+
+def test_adopting_uses_an_existing_dot_git(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    user_repo(ws)
+
+    r = locate(ws, tmp_path / "state", adopt=True)
+
+    assert r.git_dir == ws / ".git"
+
+
+# --- creating the repository ----------------------------------------------------------------------------------
+
+
+def test_ensure_creates_a_repository_marked_as_memds(repo: GitRepo) -> None:
+    assert (repo.git_dir / "HEAD").is_file()
+    assert repo.run("config", "--get", "memd.managed").decode().strip() == "true"
+    assert repo.run("config", "--get", "core.worktree").decode().strip() == str(repo.work_tree)
+    assert "*.memd-tmp-*" in (repo.git_dir / "info" / "exclude").read_text()
+
+
+def test_ensure_twice_changes_nothing(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    rev = snapshot(repo)
+
+    repo.ensure("main")
+
+    assert repo.head() == rev
+
+
+def test_a_separate_git_dir_points_at_the_workspace(tmp_path: Path) -> None:
+    outer = tmp_path / "project"
+    user_repo(outer)
+    ws = make_workspace(outer / "agent-memory")
+    r = locate(ws, tmp_path / "state")
+    r.ensure("main")
+    write(ws / "hot" / "context.json", '{"task": "t"}\n')
+
+    snapshot(r)
+
+    assert r.show("HEAD", "hot/context.json") == b'{"task": "t"}\n'
+    assert person_git(outer, "log", "--format=%s") == "initial\n"
+
+
+def test_ensure_never_creates_a_missing_workspace(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    r = locate(gone, tmp_path / "state")
+
+    with pytest.raises(GitError, match="gone"):
+        r.ensure("main")
+
+    assert not gone.exists()
+
+
+def test_ensure_never_creates_a_missing_workspace_for_a_separate_git_dir(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    separate = tmp_path / "state" / "git" / "gone.git"
+    r = GitRepo(gone, separate, GIT, PATHS)
+
+    with pytest.raises(GitError):
+        r.ensure("main")
+
+    assert not gone.exists()
+    assert not separate.exists()
+
+
+# --- staging and committing -----------------------------------------------------------------------------------
+
+
+def test_an_empty_workspace_has_nothing_to_commit(repo: GitRepo) -> None:
+    assert repo.stage() == []
+
+
+def test_nothing_changed_means_nothing_staged(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    snapshot(repo)
+
+    assert repo.stage() == []
+    assert repo.stage() == []
+
+
+def test_a_change_a_new_file_and_a_deletion_are_each_staged(repo: GitRepo) -> None:
+    hot = repo.work_tree / "hot" / "context.json"
+    write(hot, "{}\n")
+    write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
+    snapshot(repo)
+
+    write(hot, '{"task": "x"}\n')
+    paths = repo.stage()
+    assert paths
+    repo.commit(paths, "c", "", {})
+
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+    paths = repo.stage()
+    assert paths
+    repo.commit(paths, "c", "", {})
+
+    shutil.rmtree(repo.work_tree / "warm")
+    paths = repo.stage()
+    assert paths
+    repo.commit(paths, "c", "", {})
+    assert repo.files_at("HEAD", ["warm"]) == {}
+
+
+def test_only_the_snapshot_paths_and_no_temp_files_are_committed(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "hot" / ".context.json.memd-tmp-1-abcd", "half")
+    write(repo.work_tree / "notes.txt", "not memory\n")
+
+    snapshot(repo)
+
+    files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert files == ["hot/context.json"]
+
+
+def test_trailers_parse_back_through_log(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    rev = snapshot(repo, "session start", **{"Memd-Session": "s-1", "Memd-Step": "write tests", "Memd-Tiers": ""})
+
+    [commit] = repo.log(None, 10)
+
+    assert commit.rev == rev
+    assert commit.subject == "memd: session start"
+    assert commit.as_dict()["reason"] == "session start"
+    assert commit.as_dict()["session"] == "s-1"
+    assert commit.as_dict()["step"] == "write tests"
+    assert "Memd-Tiers" not in commit.trailers  # empty values are left out
+
+
+def test_a_multi_line_trailer_value_becomes_one_line(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    snapshot(repo, "writes", **{"Memd-Step": "first line\n\nMemd-Reason: forged\nthird"})
+
+    [commit] = repo.log(None, 10)
+
+    assert commit.trailers["Memd-Reason"] == "writes"
+    assert commit.trailers["Memd-Step"] == "first line Memd-Reason: forged third"
+
+
+def test_log_of_a_path_lists_only_the_commits_that_touched_it(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    first = snapshot(repo, "one")
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+    second = snapshot(repo, "two")
+
+    assert [c.rev for c in repo.log(None, 10)] == [second, first]
+    assert [c.rev for c in repo.log("hot/context.json", 10)] == [first]
+    assert [c.rev for c in repo.log(None, 1)] == [second]
+
+
+def test_log_of_a_repository_without_commits_is_empty(repo: GitRepo) -> None:
+    assert repo.log(None, 10) == []
+
+
+def test_show_files_at_and_diff_read_the_history(repo: GitRepo) -> None:
+    hot = repo.work_tree / "hot" / "context.json"
+    write(hot, '{"step": 1}\n')
+    first = snapshot(repo)
+    write(hot, '{"step": 2}\n')
+    snapshot(repo)
+
+    assert repo.show(first, "hot/context.json") == b'{"step": 1}\n'
+    assert repo.files_at(first, ["hot"]) == {"hot/context.json": b'{"step": 1}\n'}
+    diff = repo.diff(first, "HEAD", ["hot"])
+    assert '-{"step": 1}' in diff and '+{"step": 2}' in diff
+
+
+def test_unknown_revisions_paths_and_option_like_revisions_are_not_found(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    snapshot(repo)
+
+    with pytest.raises(NotFound):
+        repo.resolve("no-such-rev")
+    with pytest.raises(NotFound):
+        repo.resolve("--output=/tmp/x")
+    with pytest.raises(NotFound):
+        repo.show("HEAD", "cold/MEMORY.md")
+
+
+# --- unsafe states and locks ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("marker", ["MERGE_HEAD", "rebase-merge", "rebase-apply", "CHERRY_PICK_HEAD"])
+def test_a_merge_or_rebase_in_progress_is_refused(repo: GitRepo, marker: str) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    head = snapshot(repo)
+    write(repo.work_tree / "hot" / "context.json", '{"task": "x"}\n')
+    if marker.startswith("rebase"):
+        (repo.git_dir / marker).mkdir()
+    else:
+        (repo.git_dir / marker).write_text(head + "\n")
+
+    with pytest.raises(RepoUnsafe, match=marker):
+        repo.check_safe()
+    with pytest.raises(RepoUnsafe):
+        repo.stage()
+
+    assert person_git(repo.work_tree, "diff", "--cached", "--name-only") == ""  # nothing was staged
+
+
+def test_a_stale_index_lock_is_removed(repo: GitRepo) -> None:
+    lock = repo.git_dir / "index.lock"
+    lock.write_bytes(b"")
+    old = time.time() - 120
+    os.utime(lock, (old, old))
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+
+    assert repo.stage()
+
+    assert not lock.exists()
+
+
+def test_a_fresh_index_lock_is_waited_on_and_then_reported(repo: GitRepo) -> None:
+    lock = repo.git_dir / "index.lock"
+    lock.write_bytes(b"")
+
+    with pytest.raises(GitError, match=r"index\.lock"):
+        repo.wait_for_index_lock(timeout=0.3)
+
+    assert lock.exists()  # a live git's lock is never taken away
+
+
+# --- push -----------------------------------------------------------------------------------------------------
+
+
+def test_push_fast_forwards_and_reports_divergence_without_forcing(repo: GitRepo, tmp_path: Path) -> None:
+    bare = tmp_path / "remote.git"
+    person_git(tmp_path, "init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    snapshot(repo)
+
+    assert repo.push(str(bare), "main", 30) == "ok"
+    assert person_git(bare, "rev-parse", "main").strip() == repo.head()
+
+    other = tmp_path / "other"
+    person_git(tmp_path, "clone", "--quiet", str(bare), str(other))
+    write(other / "foreign.txt", "from elsewhere\n")
+    person_git(other, "add", "foreign.txt")
+    person_git(other, "commit", "--quiet", "-m", "foreign")
+    person_git(other, "push", "--quiet", "origin", "HEAD:main")
+    foreign = person_git(other, "rev-parse", "HEAD").strip()
+    write(repo.work_tree / "hot" / "context.json", '{"task": "x"}\n')
+    snapshot(repo)
+
+    assert repo.push(str(bare), "main", 30) == "diverged"
+    assert person_git(bare, "rev-parse", "main").strip() == foreign
+
+
+def test_push_to_a_missing_remote_is_an_error(repo: GitRepo, tmp_path: Path) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    snapshot(repo)
+
+    with pytest.raises(GitError):
+        repo.push(str(tmp_path / "nowhere.git"), "main", 30)
