@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memd.config import CheckpointConfig
-from memd.errors import Busy, MemdError, NotFound
+from memd.errors import CHECKPOINT_FAILED, Busy, MemdError, NotFound
 from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, Summarizer, SummaryRequest, SummaryResult
 from memd.tiers import hot_format
@@ -33,7 +33,7 @@ from memd.tiers.hot_format import HotDoc
 from memd.workspace import Draft, Workspace
 
 log = logging.getLogger(__name__)
-MIN_ALLOTMENT = 24
+MIN_ALLOTMENT = 40  # below this no summary is worth writing (the extractive one needs ~12 for its frame)
 _REFUSAL = re.compile(
     r"^\s*(i'?m sorry|i am sorry|i can(?:'|no)t|as an ai\b|error\b|sorry,|i apologi[sz]e|unable to)", re.I
 )
@@ -41,6 +41,8 @@ _REFUSAL = re.compile(
 
 class CheckpointFailed(MemdError):
     """The checkpoint was not applied; nothing changed. The message says why."""
+
+    code = CHECKPOINT_FAILED
 
 
 @dataclass
@@ -64,7 +66,6 @@ class Plan:
     tokens_before: int
     keep_decisions: int
     kept_notes: list[str]
-    pinned: dict[str, Any]
 
 
 def entry_key(entry: dict[str, Any]) -> str:
@@ -72,6 +73,19 @@ def entry_key(entry: dict[str, Any]) -> str:
     if entry.get("id"):
         return str(entry["id"])
     return "sha256:" + hashlib.sha256(json.dumps(entry, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def keyed(entries: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each entry with a key unique in the list: identical id-less entries (two recipe decisions with the same
+    text) are told apart by their occurrence, so compressing one never removes its twin."""
+    seen: dict[str, int] = {}
+    out = []
+    for entry in entries:
+        key = entry_key(entry)
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        out.append((f"{key}#{n}" if n and not entry.get("id") else key, entry))
+    return out
 
 
 class Checkpointer:
@@ -167,7 +181,12 @@ class Checkpointer:
                 "the pre-checkpoint state could not be committed to git, so the checkpoint would not be reversible: "
                 + (self.snapshots.status_for(ws.name).get("last_error") or "unknown snapshot error")
             )
-        plan = self.plan(ws, ws.hot.doc)
+        # Plan from exactly what was committed, so that everything compressed can be read back from pre_commit.
+        planned_doc = ws.hot.doc
+        if pre_commit:
+            raw = await self.snapshots.show(ws, pre_commit, "hot/context.json")
+            planned_doc = hot_format.parse(raw, f"{pre_commit[:12]}:hot/context.json")
+        plan = self.plan(ws, planned_doc)
         self._check_daily_cap(ws, health, plan)
         request = SummaryRequest(plan.entries, plan.allotment, task=str(ws.hot.doc.get("task") or ""))
         try:
@@ -183,12 +202,16 @@ class Checkpointer:
             doc = draft.edit_hot()
             if str(doc.get("summary") or "") != plan.summary_before:
                 raise CheckpointFailed("the summary was changed while the checkpoint ran; nothing applied")
-            if self.pinned(doc, plan.keep_decisions, plan.kept_notes) != plan.pinned:
-                raise CheckpointFailed("pinned context changed in a way the summary would overwrite; nothing applied")
             new = dict(doc)
-            new["notes"] = [n for n in doc.get("notes") or [] if entry_key(n) not in keys]
-            new["decisions"] = [d for d in doc.get("decisions") or [] if entry_key(d) not in keys]
+            new["notes"] = [n for k, n in keyed(list(doc.get("notes") or [])) if k not in keys]
+            new["decisions"] = [d for k, d in keyed(list(doc.get("decisions") or [])) if k not in keys]
             new["summary"] = summary
+            # Writes during the call (a new step, decision or note) are fine; what must never happen is that
+            # removing the compressed entries touches what is pinned now.
+            if self.pinned(new, plan.keep_decisions, plan.kept_notes) != self.pinned(
+                doc, plan.keep_decisions, plan.kept_notes
+            ):
+                raise CheckpointFailed("applying the summary would change pinned context; nothing applied")
             tokens_after = ws.hot.count(new)
             record = {
                 "id": checkpoint_id,
@@ -258,7 +281,7 @@ class Checkpointer:
     def pinned(doc: HotDoc, keep_decisions: int, kept_notes: list[str]) -> dict[str, Any]:
         """The parts a checkpoint must leave byte-identical."""
         decisions = list(doc.get("decisions") or [])
-        notes = {entry_key(n): n for n in doc.get("notes") or []}
+        notes = dict(keyed(list(doc.get("notes") or [])))
         return {
             "task": doc.get("task"),
             "current_step": doc.get("current_step"),
@@ -299,12 +322,16 @@ class Checkpointer:
                 f"the pinned parts of {ws.name!r} (task, step, pending actions, files, last {keep_d} decisions) "
                 f"alone exceed the checkpoint target of {int(target)} tokens; raise budget.hot or trim them"
             )
-        kept_keys = {entry_key(n) for n in kept}
-        entries = [Entry(entry_key(d), "decision", _decision_text(d), str(d.get("ts") or "")) for d in old_decisions]
+        note_keys = {id(n): k for k, n in keyed(notes)}
+        decision_keys = {id(d): k for k, d in keyed(decisions)}
+        kept_keys = [note_keys[id(n)] for n in kept]
+        entries = [
+            Entry(decision_keys[id(d)], "decision", _decision_text(d), str(d.get("ts") or "")) for d in old_decisions
+        ]
         entries += [
-            Entry(entry_key(n), "note", str(n.get("text") or ""), str(n.get("ts") or ""))
+            Entry(note_keys[id(n)], "note", str(n.get("text") or ""), str(n.get("ts") or ""))
             for n in notes
-            if entry_key(n) not in kept_keys
+            if note_keys[id(n)] not in kept_keys
         ]
         summary_before = str(doc.get("summary") or "")
         if summary_before:
@@ -317,8 +344,7 @@ class Checkpointer:
             allotment=allotment,
             tokens_before=ws.hot.count(doc),
             keep_decisions=keep_d,
-            kept_notes=[entry_key(n) for n in kept],
-            pinned=self.pinned(doc, keep_d, [entry_key(n) for n in kept]),
+            kept_notes=kept_keys,
         )
 
     def verify(self, ws: Workspace, plan: Plan, result: SummaryResult) -> str:
@@ -371,13 +397,17 @@ class Checkpointer:
             before = hot_format.parse(raw, f"{record['pre_commit'][:12]}:hot/context.json")
             wanted = set(record.get("compressed") or [])
             for kind, items in (("decision", before.get("decisions") or []), ("note", before.get("notes") or [])):
-                originals += [{"kind": kind, **e} for e in items if entry_key(e) in wanted]
+                originals += [{"kind": kind, **e} for k, e in keyed(list(items)) if k in wanted]
             summary_before = str(before.get("summary") or "") if "summary" in wanted else ""
+        summary = ws.hot.doc.get("summary", "")
+        if record.get("post_commit"):  # the summary this checkpoint wrote, even if a later one replaced it
+            after = await self.snapshots.show(ws, record["post_commit"], "hot/context.json")
+            summary = hot_format.parse(after, f"{record['post_commit'][:12]}:hot/context.json").get("summary", "")
         return {
             "record": record,
             "original_entries": originals,
             "previous_summary": summary_before,
-            "summary": ws.hot.doc.get("summary", ""),
+            "summary": summary,
             "undo": f"memd restore {ws.name} {record.get('pre_commit') or '<pre-commit>'} hot",
         }
 

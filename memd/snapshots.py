@@ -3,8 +3,8 @@
 Triggers: changes reported by the registry (writes and outside edits, debounced by `settle_seconds` and bounded
 by `max_wait_seconds`, so sustained load gives at most one commit per window), the interval flush job (retries
 what failed), session start, before a retention sweep deletes, before and after a checkpoint, and shutdown.
-Staging happens while the workspace's writer is held, so a snapshot is a consistent state that no batch is half
-way through; committing happens after. Faults degrade snapshots only: git missing, an unsafe repository
+Staging and committing happen while the workspace's writer is held, so a snapshot is a consistent state that no
+batch is half way through. Faults degrade snapshots only: git missing, an unsafe repository
 (merge/rebase in progress), a corrupt repository or a failing push show in status, and writes go on.
 Imports memd.gitrepo, memd.workspace, memd.debounce, memd.config and memd.errors.
 """
@@ -158,12 +158,6 @@ class Snapshotter:
             # the writer; under the writer, give up quickly and retry later rather than stall acknowledgements.
             await loop.run_in_executor(self._io, repo.wait_for_index_lock)
             dirty, state.dirty = state.dirty, set()
-            async with ws.exclusive:
-                paths = await loop.run_in_executor(self._io, repo.stage, UNDER_WRITER_LOCK_WAIT)
-            if not paths:
-                head = await loop.run_in_executor(self._io, _head_or_empty, repo)
-                state.state = "ok"
-                return head, False
             doc = ws.hot.doc
             all_trailers = {
                 "Memd-Reason": reason,
@@ -174,7 +168,19 @@ class Snapshotter:
             }
             subject = f"memd: {reason}" + (f" ({', '.join(sorted(dirty))})" if dirty else "")
             body = f"Task: {doc.get('task') or '(none)'}"
-            rev = await loop.run_in_executor(self._io, repo.commit, paths, subject, body, all_trailers)
+            # Stage and commit under the writer: `commit --only` reads the working tree, so the commit is one
+            # consistent state that no batch is half-way through (~10 ms that writes wait, once per settle window).
+            async with ws.exclusive:
+                paths = await loop.run_in_executor(self._io, repo.stage, UNDER_WRITER_LOCK_WAIT)
+                rev = (
+                    await loop.run_in_executor(self._io, repo.commit, paths, subject, body, all_trailers)
+                    if paths
+                    else ""
+                )
+            if not rev:
+                head = await loop.run_in_executor(self._io, _head_or_empty, repo)
+                state.state = "ok"
+                return head, False
         except RepoUnsafe as exc:
             return self._failed(ws, state, "repo-unsafe", exc.message)
         except GitMissing as exc:

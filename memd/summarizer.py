@@ -65,6 +65,9 @@ class ExtractiveSummarizer:
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         header = [f"{SUMMARY_HEADING}\n", "_(extractive: first lines of older context; originals in git history)_\n"]
+        omission_cost = self._counter.count_piece("- (999 older entries omitted)\n")
+        if self._counter.count_lines(header) + omission_cost > request.max_tokens:
+            header = [f"{SUMMARY_HEADING}\n", "_(extractive)_\n"]  # a tight allotment: the short label
         used = self._counter.count_lines(header)
         bullets: list[str] = []
         previous = [e for e in request.entries if e.kind == "summary"]
@@ -77,7 +80,7 @@ class ExtractiveSummarizer:
         ]
         candidates = carried + [self._bullet(e) for e in others]
         omitted = 0
-        room = request.max_tokens - self._counter.count_piece("- (999 older entries omitted)\n")
+        room = request.max_tokens - omission_cost
         for bullet in reversed(candidates):  # newest first wins the room
             cost = self._counter.count_piece(bullet)
             if used + cost > room:

@@ -1,0 +1,706 @@
+"""Specification of checkpoint policy (memd.checkpoint) and of the built-in extractive summarizer: what is pinned,
+what is compressed, how the summary's allotment is computed and checked, and how failures, backoff and the daily
+cap keep a checkpoint from changing anything or looping.
+
+Workspaces are real (files in tmp_path, a fixed clock, a thread pool); summarizers are in-memory fakes;
+snapshots are disabled except where the pre-state commit itself is the subject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from memd.checkpoint import MIN_ALLOTMENT, Checkpointer, CheckpointFailed, entry_key
+from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, WorkspaceConfig
+from memd.errors import Busy
+from memd.snapshots import Snapshotter
+from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult
+from memd.tiers import hot_format
+from memd.tokens import TokenCounter
+from memd.workspace import Draft, Workspace
+
+START = datetime(2024, 3, 15, 9, 30, 0, tzinfo=UTC)
+BUDGET = BudgetConfig(hot=2000, warm=4000, cold=2000, model_window=20000)  # target 1000, recent window 400
+T = TypeVar("T")
+
+
+class FixedClock:
+    def __init__(self, now: datetime) -> None:
+        self.current = now
+
+    def now(self) -> datetime:
+        return self.current
+
+
+class Monotonic:
+    """The checkpointer's backoff clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.value = 1000.0
+
+    def __call__(self) -> float:
+        return self.value
+
+
+@dataclass
+class Canned:
+    """A summarizer that answers `text` (after running `during`, if any, as a write to the workspace)."""
+
+    text: str = f"{SUMMARY_HEADING}\n- the older notes, compressed\n"
+    name: str = "fake"
+    tokens_in: int = 0
+    tokens_out: int = 0
+    during: Callable[[], Coroutine[Any, Any, Any]] | None = None
+    requests: list[SummaryRequest] = field(default_factory=list)
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.requests.append(request)
+        if self.during is not None:
+            await self.during()
+        return SummaryResult(self.text, self.name, tokens_in=self.tokens_in, tokens_out=self.tokens_out)
+
+
+class Failing:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        raise CheckpointFailed("the endpoint is down")
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter.for_encoding("cl100k_base")
+
+
+@pytest.fixture
+def io() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-io") as executor:
+        yield executor
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(START)
+
+
+@pytest.fixture
+def make_workspace(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, clock: FixedClock
+) -> Callable[..., Workspace]:
+    def make(budget: BudgetConfig = BUDGET, hot: dict[str, Any] | None = None) -> Workspace:
+        root = tmp_path / "alpha"
+        if hot is not None:
+            (root / "hot").mkdir(parents=True)
+            (root / "hot" / "context.json").write_text(json.dumps(hot, indent=2), encoding="utf-8")
+        ws = Workspace(WorkspaceConfig("alpha", root, budget=budget), counter, clock, io)
+        ws.open()
+        return ws
+
+    return make
+
+
+@pytest.fixture
+def make_checkpointer(tmp_path: Path, io: ThreadPoolExecutor) -> Callable[..., Checkpointer]:
+    def make(
+        summarizer: Any = None,
+        config: CheckpointConfig | None = None,
+        max_tokens_per_day: int = 1_000_000,
+        deadline: float = 10.0,
+        now: Callable[[], float] | None = None,
+        snapshots: Snapshotter | None = None,
+    ) -> Checkpointer:
+        return Checkpointer(
+            config or CheckpointConfig(),
+            summarizer if summarizer is not None else Canned(),
+            snapshots or Snapshotter(SnapshotConfig(enabled=False), tmp_path / "state", io),
+            max_tokens_per_day,
+            deadline,
+            now or Monotonic(),
+        )
+
+    return make
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def note_text(i: int) -> str:
+    return f"note {i}: read parser/tokenize.py near line {i * 7}; the tokenizer splits on '::', lexer test {i} passes"
+
+
+async def add_notes(ws: Workspace, texts: list[str]) -> list[dict[str, Any]]:
+    def edit(text: str) -> Callable[[Draft], dict[str, Any]]:
+        def apply(draft: Draft) -> dict[str, Any]:
+            doc, note = hot_format.add_note(draft.edit_hot(), text, draft.now)
+            draft.set_hot(doc)
+            return note
+
+        return apply
+
+    return [await ws.write(edit(t)) for t in texts]
+
+
+async def add_decisions(ws: Workspace, n: int) -> list[dict[str, Any]]:
+    def edit(i: int) -> Callable[[Draft], dict[str, Any]]:
+        def apply(draft: Draft) -> dict[str, Any]:
+            doc, decision = hot_format.add_decision(draft.edit_hot(), f"decision {i}", f"reason {i}", None, draft.now)
+            draft.set_hot(doc)
+            return decision
+
+        return apply
+
+    return [await ws.write(edit(i)) for i in range(n)]
+
+
+async def set_progress(ws: Workspace, step: str) -> None:
+    def apply(draft: Draft) -> None:
+        doc, _ = hot_format.update_progress(draft.edit_hot(), step, ["parser/tokenize.py"], ["Run the lexer tests"], ())
+        draft.set_hot(doc)
+
+    await ws.write(apply)
+
+
+async def seeded(ws: Workspace, notes: int = 40, decisions: int = 6) -> None:
+    await set_progress(ws, "Rewriting the tokenizer")
+    await add_decisions(ws, decisions)
+    await add_notes(ws, [note_text(i) for i in range(notes)])
+
+
+def summary_of(counter: TokenCounter, tokens: int) -> str:
+    """A well-formed summary of exactly `tokens` tokens."""
+    for words in range(tokens + 1):
+        text = f"{SUMMARY_HEADING}\n-" + " word" * words + "\n"
+        if counter.count(text) == tokens:
+            return text
+    raise AssertionError(f"no summary of exactly {tokens} tokens")
+
+
+def window(counter: TokenCounter, notes: list[dict[str, Any]], room: float) -> list[dict[str, Any]]:
+    """The newest notes whose rendered lines fit in `room` tokens."""
+    kept: list[dict[str, Any]] = []
+    used = 0
+    for note in reversed(notes):
+        cost = counter.count_piece(hot_format.render_note(note))
+        if used + cost > room:
+            break
+        kept.insert(0, note)
+        used += cost
+    return kept
+
+
+# --- planning: what is pinned, what is compressed, the allotment ------------------------------------------------------
+
+
+def test_the_plan_compresses_older_notes_and_decisions_and_pins_the_rest(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], counter: TokenCounter
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    doc = ws.hot.doc
+    recent = window(counter, doc["notes"], 0.2 * BUDGET.hot)
+
+    plan = make_checkpointer().plan(ws, doc)
+
+    old_decisions, old_notes = doc["decisions"][:-3], doc["notes"][: len(doc["notes"]) - len(recent)]
+    assert [(e.key, e.kind) for e in plan.entries] == [(d["id"], "decision") for d in old_decisions] + [
+        (n["id"], "note") for n in old_notes
+    ]
+    assert [e.text for e in plan.entries if e.kind == "note"] == [n["text"] for n in old_notes]
+    assert plan.kept_notes == [n["id"] for n in recent]
+    assert plan.keep_decisions == 3
+    assert plan.tokens_before == ws.hot.tokens
+
+
+def test_fixed_parts_plus_the_allotment_fit_the_target(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    doc = ws.hot.doc
+    target = BUDGET.checkpoint_target * BUDGET.hot
+
+    plan = make_checkpointer().plan(ws, doc)
+
+    kept = [n for n in doc["notes"] if n["id"] in plan.kept_notes]
+    fixed = ws.hot.count({**doc, "notes": kept, "decisions": doc["decisions"][-3:], "summary": ""})
+    assert plan.allotment >= MIN_ALLOTMENT
+    assert fixed + plan.allotment <= target
+    assert target - (fixed + plan.allotment) < 8  # the room left over is only the rounding and a "## Notes" line
+
+
+def test_a_summary_that_uses_its_whole_allotment_leaves_hot_at_or_below_the_target(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], counter: TokenCounter
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    allotment = make_checkpointer().plan(ws, ws.hot.doc).allotment
+    summarizer = Canned(summary_of(counter, allotment))
+
+    record = run(make_checkpointer(summarizer).run(ws, force=True))
+
+    assert summarizer.requests[0].max_tokens == allotment
+    assert record["tokens_after"] == ws.hot.tokens <= BUDGET.checkpoint_target * BUDGET.hot
+    assert record["tokens_before"] > record["tokens_after"]
+
+
+def test_the_recent_window_gives_up_its_oldest_notes_before_the_target_is_missed(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], counter: TokenCounter
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws, notes=30, decisions=3))
+    target = BUDGET.checkpoint_target * BUDGET.hot
+    # A step so long that the pinned parts leave the recent window's notes too little room under the target.
+    step = "Rewriting the tokenizer:"
+    while ws.hot.count({**ws.hot.doc, "current_step": step, "notes": [], "summary": ""}) < target - 100:
+        step += " a very detailed plan"
+    run(set_progress(ws, step))
+    doc = ws.hot.doc
+    natural = window(counter, doc["notes"], 0.2 * BUDGET.hot)
+    assert sum(counter.count_piece(hot_format.render_note(n)) for n in natural) > 100
+
+    plan = make_checkpointer().plan(ws, doc)
+
+    assert plan.allotment >= MIN_ALLOTMENT
+    assert 0 < len(plan.kept_notes) < len(natural)
+    assert plan.kept_notes == [n["id"] for n in doc["notes"][-len(plan.kept_notes) :]]  # still the newest
+    assert {e.key for e in plan.entries} >= {n["id"] for n in natural[: len(natural) - len(plan.kept_notes)]}
+
+
+def test_pinned_parts_alone_over_the_target_refuse_the_checkpoint(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws, notes=30, decisions=3))
+    run(set_progress(ws, "Rewriting the tokenizer: " + "a very detailed plan " * 300))
+
+    with pytest.raises(CheckpointFailed, match="alone exceed the checkpoint target of 1000 tokens"):
+        make_checkpointer().plan(ws, ws.hot.doc)
+
+
+def test_nothing_old_enough_to_compress_is_refused(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws, notes=3, decisions=3))
+
+    with pytest.raises(CheckpointFailed, match="nothing in 'alpha' is old enough to compress"):
+        make_checkpointer().plan(ws, ws.hot.doc)
+
+
+def test_the_previous_summary_is_compressed_again(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    run(make_checkpointer().run(ws, force=True))
+    run(add_notes(ws, [note_text(i) for i in range(100, 130)]))
+
+    plan = make_checkpointer().plan(ws, ws.hot.doc)
+
+    assert plan.entries[0] == Entry("summary", "summary", ws.hot.doc["summary"])
+    assert plan.summary_before == ws.hot.doc["summary"]
+
+
+# --- entries other tools wrote (no ids) -------------------------------------------------------------------------------
+
+RECIPE_HOT = {
+    "session_id": "sess-20260321-001",
+    "task": "Refactor authentication module",
+    "current_step": "Extracting JWT logic",
+    "files_modified": ["auth/jwt.py", "auth/utils.py"],
+    "decisions": [{"action": f"Split module {i}", "reason": f"File {i} exceeded 500 lines"} for i in range(6)],
+    "pending_actions": ["Add tests for jwt_utils.py"],
+    "custom_field": {"keep": True},
+}
+
+
+def test_recipe_decisions_without_ids_are_compressed_by_their_content_key(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace(hot=RECIPE_HOT)
+    old, kept = RECIPE_HOT["decisions"][:3], RECIPE_HOT["decisions"][3:]
+
+    checkpointer = make_checkpointer()
+    plan = checkpointer.plan(ws, ws.hot.doc)
+    record = run(checkpointer.run(ws, force=True))
+
+    assert [e.key for e in plan.entries] == [entry_key(d) for d in old]
+    assert all(e.key.startswith("sha256:") for e in plan.entries)
+    assert record["compressed"] == sorted(entry_key(d) for d in old)
+    doc = ws.hot.doc
+    assert doc["decisions"] == kept
+    assert doc["custom_field"] == {"keep": True}
+    assert {k: doc[k] for k in ("task", "current_step", "files_modified", "pending_actions")} == {
+        k: RECIPE_HOT[k] for k in ("task", "current_step", "files_modified", "pending_actions")
+    }
+
+
+def test_a_pinned_recipe_decision_equal_to_a_compressed_one_is_kept(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    again = {"action": "Run the test suite", "reason": "before every merge"}
+    decisions = [dict(again), {"action": "B", "reason": "b"}, dict(again), {"action": "C", "reason": "c"}]
+    decisions.append({"action": "D", "reason": "d"})
+    ws = make_workspace(hot={**RECIPE_HOT, "decisions": decisions})
+
+    run(make_checkpointer().run(ws, force=True))
+
+    assert ws.hot.doc["decisions"] == decisions[-3:]
+
+
+# --- verification ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def planned(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> tuple[Checkpointer, Workspace, Any]:
+    ws = make_workspace()
+    run(seeded(ws))
+    checkpointer = make_checkpointer()
+    return checkpointer, ws, checkpointer.plan(ws, ws.hot.doc)
+
+
+def verify(planned: tuple[Checkpointer, Workspace, Any], text: str) -> str:
+    checkpointer, ws, plan = planned
+    return checkpointer.verify(ws, plan, SummaryResult(text, "fake"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'm sorry, I can't help with that.",
+        "I am sorry, but I cannot summarize these notes.",
+        "Im sorry, that is not possible.",
+        "I can't do that.",
+        "I cannot comply with this request.",
+        "As an AI language model, I do not keep notes.",
+        "Error: the context length was exceeded.",
+        "Sorry, I can only help with coding questions.",
+        "I apologize, but these notes contain sensitive data.",
+        "Unable to summarize the provided content.",
+        f"{SUMMARY_HEADING}\nI'm sorry, I can't help with that.",
+        f"{SUMMARY_HEADING}\n\n  As an AI, I cannot do this.\n",
+    ],
+)
+def test_an_error_or_refusal_instead_of_a_summary_is_rejected(
+    planned: tuple[Checkpointer, Workspace, Any], text: str
+) -> None:
+    with pytest.raises(CheckpointFailed, match="error or refusal"):
+        verify(planned, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "- Error handling moved to parser/errors.py",
+        "- Sorry-path in the lexer removed; unable-to-parse inputs now raise ParseError",
+        "- I can't reproduce the flaky test locally (seen twice on CI)",
+    ],
+)
+def test_a_summary_that_merely_mentions_errors_or_apologies_is_accepted(
+    planned: tuple[Checkpointer, Workspace, Any], text: str
+) -> None:
+    assert verify(planned, text) == f"{SUMMARY_HEADING}\n{text}\n"
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n", SUMMARY_HEADING, f"{SUMMARY_HEADING}\n\n"])
+def test_an_empty_summary_is_rejected(planned: tuple[Checkpointer, Workspace, Any], text: str) -> None:
+    with pytest.raises(CheckpointFailed, match="empty"):
+        verify(planned, text)
+
+
+def test_the_heading_is_added_when_missing_and_the_text_ends_with_one_newline(
+    planned: tuple[Checkpointer, Workspace, Any],
+) -> None:
+    assert verify(planned, "- tokenizer split\n- lexer tests green") == (
+        f"{SUMMARY_HEADING}\n- tokenizer split\n- lexer tests green\n"
+    )
+    assert verify(planned, f"\n{SUMMARY_HEADING}\n- tokenizer split\n\n\n") == f"{SUMMARY_HEADING}\n- tokenizer split\n"
+
+
+def test_a_summary_over_its_allotment_is_rejected_and_one_at_it_is_accepted(
+    planned: tuple[Checkpointer, Workspace, Any], counter: TokenCounter
+) -> None:
+    allotment = planned[2].allotment
+
+    assert verify(planned, summary_of(counter, allotment)) == summary_of(counter, allotment)
+    with pytest.raises(CheckpointFailed, match=f"over its allotment of {allotment}"):
+        verify(planned, summary_of(counter, allotment + 1))
+
+
+# --- applying: writes made meanwhile, failures that change nothing ----------------------------------------------------
+
+
+def test_notes_written_while_the_summarizer_works_are_kept_and_compressed_ones_removed(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    late: list[dict[str, Any]] = []
+
+    async def write_meanwhile() -> None:
+        late.extend(await add_notes(ws, [f"late note {i}" for i in range(20)]))
+
+    record = run(make_checkpointer(Canned(during=write_meanwhile)).run(ws, force=True))
+
+    notes = ws.hot.doc["notes"]
+    assert notes[-20:] == late
+    assert not {n["id"] for n in notes + ws.hot.doc["decisions"]} & set(record["compressed"])
+    on_disk = json.loads((ws.root / "hot" / "context.json").read_bytes())
+    assert on_disk == ws.hot.doc
+
+
+def test_a_progress_update_while_the_summarizer_works_is_kept_and_the_checkpoint_still_applies(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    # docs/checkpoints.md, step 4: writes made during the call are kept; the summary only replaces what it compressed.
+    ws = make_workspace()
+    run(seeded(ws))
+
+    record = run(make_checkpointer(Canned(during=lambda: set_progress(ws, "Writing the lexer"))).run(ws, force=True))
+
+    assert ws.hot.doc["current_step"] == "Writing the lexer"
+    assert ws.hot.doc["checkpoints"][-1]["id"] == record["id"]
+
+
+def test_a_summarizer_past_the_deadline_fails_and_changes_nothing(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    before = (ws.root / "hot" / "context.json").read_bytes()
+
+    with pytest.raises(CheckpointFailed, match="deadline"):
+        run(make_checkpointer(Canned(during=lambda: asyncio.sleep(30)), deadline=0.05).run(ws, force=True))
+
+    assert (ws.root / "hot" / "context.json").read_bytes() == before
+
+
+def test_a_second_checkpoint_while_one_runs_is_busy(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+
+    async def go() -> None:
+        release = asyncio.Event()
+        checkpointer = make_checkpointer(Canned(during=release.wait))
+        first = asyncio.ensure_future(checkpointer.run(ws, force=True))
+        while not checkpointer.status_for("alpha")["in_flight"]:
+            await asyncio.sleep(0.01)
+        with pytest.raises(Busy):
+            await checkpointer.run(ws, force=True)
+        release.set()
+        await first
+
+    run(go())
+
+
+# --- backoff and the daily cap ---------------------------------------------------------------------------------------
+
+
+def test_failures_back_off_exponentially_up_to_the_maximum_and_a_success_resets(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    now = Monotonic()
+    failing = Failing()
+    checkpointer = make_checkpointer(
+        failing, config=CheckpointConfig(backoff_seconds=10, backoff_max_seconds=35), now=now
+    )
+
+    waits = []
+    for _ in range(4):
+        with pytest.raises(CheckpointFailed):
+            run(checkpointer.run(ws, force=True))
+        waits.append(checkpointer.status_for("alpha")["backoff_seconds_left"])
+
+    assert waits == [10, 20, 35, 35]
+    status = checkpointer.status_for("alpha")
+    assert status["consecutive_failures"] == 4 and status["last_error"] == "the endpoint is down"
+    checkpointer.summarizer = Canned()
+    run(checkpointer.run(ws, force=True))
+    status = checkpointer.status_for("alpha")
+    assert status["consecutive_failures"] == 0 and status["last_error"] is None and status["runs"] == 1
+
+
+def test_automatic_checkpoints_wait_out_the_backoff(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws, notes=60))
+    assert ws.hot.tokens >= BUDGET.checkpoint_threshold * BUDGET.hot
+    now = Monotonic()
+    failing = Failing()
+    checkpointer = make_checkpointer(failing, config=CheckpointConfig(backoff_seconds=10), now=now)
+
+    async def go() -> list[bool]:
+        scheduled = [checkpointer.maybe_schedule(ws)]
+        await checkpointer.drain()
+        scheduled.append(checkpointer.maybe_schedule(ws))  # 0 s after the failure
+        with pytest.raises(CheckpointFailed, match="backing off"):
+            await checkpointer.run(ws, force=False)
+        now.value += 10
+        scheduled.append(checkpointer.maybe_schedule(ws))
+        await checkpointer.drain()
+        return scheduled
+
+    assert run(go()) == [True, False, True]
+    assert failing.calls == 2
+
+
+def test_the_daily_token_cap_refuses_before_calling_the_summarizer_and_resets_the_next_day(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], clock: FixedClock
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    spender = Canned(name="openai", tokens_in=99_000, tokens_out=500)
+    checkpointer = make_checkpointer(spender, max_tokens_per_day=100_000)
+
+    run(checkpointer.run(ws, force=True))
+    run(add_notes(ws, [note_text(i) for i in range(100, 140)]))
+    with pytest.raises(CheckpointFailed, match=r"daily LLM token cap reached .*99500 used"):
+        run(checkpointer.run(ws, force=True))
+    assert len(spender.requests) == 1
+    assert checkpointer.status_for("alpha")["llm_tokens_today"] == 99_500
+
+    clock.current = START + timedelta(days=1)
+    run(checkpointer.run(ws, force=True))
+    assert len(spender.requests) == 2
+
+
+def test_the_extractive_summarizer_spends_nothing_and_is_not_capped(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], counter: TokenCounter
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+
+    record = run(make_checkpointer(ExtractiveSummarizer(counter), max_tokens_per_day=1).run(ws, force=True))
+
+    assert record["backend"] == "extractive"
+    assert record["tokens_after"] <= BUDGET.checkpoint_target * BUDGET.hot
+
+
+# --- the pre-state commit -------------------------------------------------------------------------------------------
+
+
+class LateWriter(Snapshotter):
+    """A real snapshotter; right after the pre-state commit, a large note lands (another client's write)."""
+
+    async def snapshot(self, ws: Workspace, reason: str, *args: Any, **kwargs: Any) -> tuple[str, bool]:
+        result = await super().snapshot(ws, reason, *args, **kwargs)
+        if reason == "before checkpoint":
+            await add_notes(ws, ["pasted build log: " + "compiler output line " * 200])
+        return result
+
+
+def test_every_compressed_entry_is_in_the_pre_state_commit_even_with_a_write_right_after_it(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    io: ThreadPoolExecutor,
+    tmp_path: Path,
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    snapshots = LateWriter(SnapshotConfig(), tmp_path / "state", io)
+    checkpointer = make_checkpointer(snapshots=snapshots)
+
+    async def go() -> tuple[dict[str, Any], dict[str, Any]]:
+        record = await checkpointer.run(ws, force=True)
+        pre = await snapshots.show(ws, record["pre_commit"], "hot/context.json")
+        return record, hot_format.parse(pre, "pre-state")
+
+    record, pre = run(go())
+
+    assert record["pre_commit"]
+    in_pre_state = {entry_key(e) for e in pre.get("notes", []) + pre.get("decisions", [])}
+    assert set(record["compressed"]) <= in_pre_state
+
+
+# --- the extractive summarizer ----------------------------------------------------------------------------------------
+
+ENTRIES = [
+    Entry("summary", "summary", f"{SUMMARY_HEADING}\n- carried: lexer rewrite started\n- (2 older entries omitted)\n"),
+    *[Entry(f"d-{i}", "decision", f"use recursive descent {i} — simpler errors (risk: low)") for i in range(3)],
+    *[
+        Entry(f"n-{i}", "note", note_text(i) + "\nsecond line not kept", f"2024-03-15T09:{i:02d}:00+00:00")
+        for i in range(40)
+    ],
+]
+
+
+@pytest.mark.parametrize("max_tokens", [40, 64, 100, 250, 1000, 5000])
+def test_extractive_summaries_fit_their_allotment_and_are_deterministic(counter: TokenCounter, max_tokens: int) -> None:
+    request = SummaryRequest(ENTRIES, max_tokens)
+
+    first = run(ExtractiveSummarizer(counter).summarize(request))
+    second = run(ExtractiveSummarizer(counter).summarize(request))
+
+    assert first == second
+    assert first.backend == "extractive"
+    assert counter.count(first.text) <= max_tokens
+    assert first.text.startswith(f"{SUMMARY_HEADING}\n_(extractive")
+
+
+def test_extractive_summaries_keep_the_newest_entries_when_tight_and_say_how_many_were_left_out(
+    counter: TokenCounter,
+) -> None:
+    text = run(ExtractiveSummarizer(counter).summarize(SummaryRequest(ENTRIES, 150))).text
+    bullets = text.splitlines()[2:]
+
+    assert bullets[-2] == f"- [2024-03-15T09:39] {note_text(39)}"
+    assert bullets[-1].startswith("- (") and bullets[-1].endswith(" older entries omitted)")
+    assert "second line not kept" not in text
+    omitted = int(bullets[-1].removeprefix("- (").split()[0])
+    assert omitted + len(bullets) - 1 == 1 + 3 + 40  # the carried bullet, 3 decisions, 40 notes
+
+
+def test_extractive_summaries_carry_earlier_bullets_and_mark_decisions(counter: TokenCounter) -> None:
+    text = run(ExtractiveSummarizer(counter).summarize(SummaryRequest(ENTRIES, 5000))).text
+
+    assert "- carried: lexer rewrite started\n" in text
+    assert "older entries omitted" not in text  # the earlier summary's own omission line is not carried
+    assert "- Decided: use recursive descent 0 — simpler errors (risk: low)\n" in text
+
+
+def test_extractive_summaries_fit_every_allotment_the_checkpointer_can_give(counter: TokenCounter) -> None:
+    for max_tokens in range(MIN_ALLOTMENT, 60):
+        text = run(ExtractiveSummarizer(counter).summarize(SummaryRequest(ENTRIES, max_tokens))).text
+        assert counter.count(text) <= max_tokens, (max_tokens, text)
+
+
+def test_the_default_extractive_checkpoint_succeeds_at_the_smallest_allotment(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], counter: TokenCounter
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws, notes=30, decisions=3))
+    checkpointer = make_checkpointer(ExtractiveSummarizer(counter))
+    step = "Rewriting the tokenizer:"
+    while checkpointer.plan(ws, {**ws.hot.doc, "current_step": step}).allotment > MIN_ALLOTMENT + 2:
+        step += " plan"  # one token at a time, until the recent window has shrunk to the smallest allotments
+
+    def set_step(draft: Draft) -> None:
+        draft.set_hot({**draft.edit_hot(), "current_step": step})
+
+    run(ws.write(set_step))
+    assert MIN_ALLOTMENT <= checkpointer.plan(ws, ws.hot.doc).allotment <= MIN_ALLOTMENT + 2
+
+    record = run(checkpointer.run(ws, force=True))
+
+    assert record["tokens_after"] <= BUDGET.checkpoint_target * BUDGET.hot
