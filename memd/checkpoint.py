@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memd.config import CheckpointConfig
-from memd.errors import CHECKPOINT_FAILED, Busy, MemdError, NotFound
+from memd.errors import Busy, CheckpointFailed, MemdError, NotFound
 from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, Summarizer, SummaryRequest, SummaryResult
 from memd.tiers import hot_format
@@ -37,12 +37,6 @@ MIN_ALLOTMENT = 40  # below this no summary is worth writing (the extractive one
 _REFUSAL = re.compile(
     r"^\s*(i'?m sorry|i am sorry|i can(?:'|no)t|as an ai\b|error\b|sorry,|i apologi[sz]e|unable to)", re.I
 )
-
-
-class CheckpointFailed(MemdError):
-    """The checkpoint was not applied; nothing changed. The message says why."""
-
-    code = CHECKPOINT_FAILED
 
 
 @dataclass
@@ -422,7 +416,9 @@ class Checkpointer:
             "consecutive_failures": h.failures,
             "last_error": h.last_error or None,
             "backoff_seconds_left": round(wait, 1) if wait else 0,
-            "last": {k: h.last_record.get(k) for k in ("id", "at", "tokens_before", "tokens_after")} or None,
+            "last": {k: h.last_record.get(k) for k in ("id", "at", "tokens_before", "tokens_after")}
+            if h.last_record
+            else None,
             "llm_tokens_today": h.llm_tokens_today,
             "redactions": dict(h.redactions),
         }

@@ -23,6 +23,10 @@ from memd.errors import ConfigError, MemdError
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CONFIG = 0, 1, 2, 3, 4
 
 
+class UsageError(Exception):
+    """A command line that argparse accepted but that does not make sense (exit 2)."""
+
+
 def default_config_path(env: dict[str, str]) -> Path | None:
     """--config, else $MEMD_CONFIG, else $XDG_CONFIG_HOME/memd/config.toml when it exists, else the embedded default."""
     if env.get("MEMD_CONFIG"):
@@ -162,7 +166,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from memd.daemon import run_daemon  # the daemon's imports are not needed by client commands
 
-            return asyncio.run(run_daemon(config_path, os.environ))
+            try:
+                return asyncio.run(run_daemon(config_path, os.environ))
+            except ConfigError:
+                raise
+            except MemdError as exc:
+                print(f"memd: cannot start: {exc.message}", file=sys.stderr)
+                return EXIT_ERROR
         config = load_config(config_path, env)
         socket_path = resolve_socket(args.socket, env, config)
         if args.command == "sockname":
@@ -170,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         with Client(socket_path) as client:
             return _client_command(args, client, config)
+    except UsageError as exc:
+        print(f"memd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ConfigError as exc:
         print(f"memd: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
@@ -259,7 +272,7 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
     elif cmd == "show":
         rev, sep, path = args.spec.partition(":")
         if not sep or not path:
-            raise MemdError(f"expected REV:PATH (e.g. HEAD~1:hot/context.json), not {args.spec!r}")
+            raise UsageError(f"expected REV:PATH (e.g. HEAD~1:hot/context.json), not {args.spec!r}")
         result = client.call("history.show", workspace=ws, rev=rev, path=path)
     elif cmd == "restore":
         result = client.call("snapshot.restore", **_drop_none(workspace=ws, rev=args.rev, paths=args.paths))
@@ -273,7 +286,7 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
         elif len(words) == 1:
             result = client.call("checkpoint.run", workspace=words[0], force=not args.if_needed)
         else:
-            raise MemdError("usage: memd checkpoint WS  |  memd checkpoint show WS ID")
+            raise UsageError("usage: memd checkpoint WS  |  memd checkpoint show WS ID")
     elif cmd == "checkpoints":
         result = client.call("checkpoint.list", workspace=ws)
     else:  # argparse only admits the commands above
@@ -283,6 +296,8 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
     except BrokenPipeError:  # `memd ... | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if cmd == "reload" and not result.get("reloaded"):
+        return EXIT_ERROR
+    if cmd == "push" and result.get("result") not in ("ok", "nothing to push"):
         return EXIT_ERROR
     return EXIT_OK
 
@@ -294,7 +309,7 @@ def _drop_none(**kwargs: Any) -> dict[str, Any]:
 def _split_detail(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep:
-        raise MemdError(f"--detail {text!r}: expected KEY=VALUE")
+        raise UsageError(f"--detail {text!r}: expected KEY=VALUE")
     return key, value
 
 
@@ -354,6 +369,9 @@ def _human(cmd: str, result: Any) -> str:
         )
         replaced = len(result["original_entries"])
         return f"{result['summary']}\n-- replaced {replaced} entries:\n{originals}\n-- undo: {result['undo']}"
+    if cmd == "push":
+        push = (result.get("snapshot") or {}).get("push") or {}
+        return f"push: {result['result']}" + (f"\n{push['error']}" if push.get("error") else "")
     if cmd == "history":
         return (
             "\n".join(

@@ -36,6 +36,7 @@ _BY_CODE: dict[int, type[MemdError]] = {
         errors.ShuttingDown,
         errors.NotFound,
         errors.Unavailable,
+        errors.CheckpointFailed,
     )
 }
 

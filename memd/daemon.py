@@ -321,9 +321,12 @@ class Daemon:
             await self.server.start(sock)
             old.stop_accepting()
         elif not self._activated and self._socket_path is not None:
-            if new.server.socket_group != old_server.socket_group and new.server.socket_group:
-                os.chown(self._socket_path, -1, _gid(new.server.socket_group))
-            os.chmod(self._socket_path, new.server.socket_mode)
+            try:
+                if new.server.socket_group != old_server.socket_group and new.server.socket_group:
+                    os.chown(self._socket_path, -1, _gid(new.server.socket_group))
+                os.chmod(self._socket_path, new.server.socket_mode)
+            except OSError as exc:
+                raise StartupError(f"cannot apply the new socket group/mode: {exc.strerror or exc}") from exc
         self.config = new
         self.server.limits = _limits(new.server)
         await self.registry.apply(new, opened)
@@ -379,9 +382,16 @@ class Daemon:
             raise StartupError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
         finally:
             os.umask(old_umask)
-        if server.socket_group:
-            os.chown(path, -1, _gid(server.socket_group))
-        os.chmod(path, server.socket_mode)
+        try:
+            if server.socket_group:
+                os.chown(path, -1, _gid(server.socket_group))
+            os.chmod(path, server.socket_mode)
+        except OSError as exc:
+            sock.close()
+            raise StartupError(
+                f"cannot set owner group/mode of {path}: {exc.strerror or exc}; check server.socket_group "
+                "(memd must be a member of it) and server.socket_mode"
+            ) from exc
         sock.listen(512)
         sock.setblocking(False)
         if previous is not None and previous != path:

@@ -99,3 +99,9 @@ class Unavailable(MemdError):
     """A dependency memd needs for this request is missing or disabled (e.g. token data, git)."""
 
     code = UNAVAILABLE
+
+
+class CheckpointFailed(MemdError):
+    """A checkpoint was not applied; nothing changed. The message says why."""
+
+    code = CHECKPOINT_FAILED

@@ -94,7 +94,9 @@ def inside_other_work_tree(path: Path, git: str) -> bool:
 
 
 def _base_env() -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ", "HOME")}
+    # What git needs to run and to reach a push remote (an ssh agent, a custom ssh command); nothing else.
+    passed = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "SSH_AUTH_SOCK", "GIT_SSH_COMMAND", "GIT_SSH")
+    keep = {k: v for k, v in os.environ.items() if k in passed}
     return {
         **keep,
         "GIT_TERMINAL_PROMPT": "0",

@@ -62,7 +62,7 @@ def parse_request(line: bytes) -> Request:
     if obj.get("jsonrpc") != "2.0":
         raise ProtocolError(INVALID_REQUEST, "'jsonrpc' must be \"2.0\"", reply_id)
     method = obj.get("method")
-    if not isinstance(method, str) or not method:
+    if not isinstance(method, str) or not method or not _is_text(method):
         raise ProtocolError(INVALID_REQUEST, "'method' must be a non-empty string", reply_id)
     params = obj.get("params", {})
     if params is None:
@@ -70,6 +70,14 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(params, dict):
         raise ProtocolError(INVALID_REQUEST, "'params' must be an object (by-name parameters)", reply_id)
     return Request(method, params, request_id)
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_result(request_id: Any, result: Any) -> bytes:
@@ -91,4 +99,8 @@ def encode_request(method: str, params: dict[str, Any], request_id: Any = _NO_ID
 
 
 def _dumps(obj: Any) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate echoed back (say, in an id): escape it, JSON allows that
+        return (json.dumps(obj, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")

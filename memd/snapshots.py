@@ -314,7 +314,8 @@ class Snapshotter:
         return results
 
     def reset_push(self, name: str) -> None:
-        if name in self._states:
+        """Let a diverged or failing workspace push again (after a person reconciled it)."""
+        if name in self._states and self._states[name].push_state in ("diverged", "error"):
             self._states[name].push_state = ""
 
     def status_for(self, name: str) -> dict[str, Any]:

@@ -510,7 +510,8 @@ def test_the_context_stays_within_tiny_budgets_and_leaves_the_oldest_notes_out(m
         assert 0 < context["usage"][tier]["tokens"] <= budget, tier
     # Whether context.get trimmed them or a checkpoint already compacted them into the summary, the notes left
     # out are the oldest ones.
-    notes_kept = [int(n) for n in re.findall(r"note (\d\d):", context["text"])]
+    notes_section = context["text"].partition("## Notes\n")[2].partition("\n#")[0]  # not the summary's bullets
+    notes_kept = [int(n) for n in re.findall(r"note (\d\d):", notes_section)]
     assert notes_kept, "the newest notes fit"
     assert notes_kept == list(range(notes_kept[0], 13)), "only the oldest notes are left out"
     assert notes_kept[0] > 1

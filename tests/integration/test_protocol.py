@@ -199,7 +199,9 @@ def test_a_request_split_across_sends_inside_a_multibyte_character_is_decoded_wh
     connect: Connect, memd: RunningDaemon
 ) -> None:
     conn = connect(memd)
-    data = line(request("warm.log", 8, workspace="alpha", action="café über"))
+    data = (
+        json.dumps(request("warm.log", 8, workspace="alpha", action="café über"), ensure_ascii=False).encode() + b"\n"
+    )
     cut = data.index("é".encode()) + 1  # between the two bytes of "é"
     conn.send_bytes(data[:10])
     conn.send_bytes(data[10:cut])
@@ -270,6 +272,16 @@ def test_a_notification_is_carried_out(connect: Connect, memd: RunningDaemon) ->
     assert "written by a notification" in _actions(memd, "beta")
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"jsonrpc": "2.0", "id": 1, "method": "ping\xff"}',
+        b"\xc0\xaf\xfe\xff",
+        b'{"jsonrpc": "2.0", "id": 1, "method": "warm.log", '
+        b'"params": {"workspace": "alpha", "action": "\xed\xa0\x80"}}',
+    ],
+    ids=["stray-byte", "overlong", "encoded-surrogate"],
+)
 def test_a_line_that_is_not_utf8_gets_a_parse_error(connect: Connect, memd: RunningDaemon, payload: bytes) -> None:
     conn = connect(memd)
     conn.send_bytes(payload + b"\n")
