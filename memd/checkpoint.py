@@ -33,6 +33,7 @@ from memd.tiers.hot_format import HotDoc
 from memd.workspace import Draft, Workspace
 
 log = logging.getLogger(__name__)
+RECORDS_KEPT = 10  # records kept in hot/context.json; every one is also in git history and warm
 MIN_ALLOTMENT = 40  # below this no summary is worth writing (the extractive one needs ~12 for its frame)
 _REFUSAL = re.compile(
     r"^\s*(i'?m sorry|i am sorry|i can(?:'|no)t|as an ai\b|error\b|sorry,|i apologi[sz]e|unable to)", re.I
@@ -178,8 +179,7 @@ class Checkpointer:
         # Plan from exactly what was committed, so that everything compressed can be read back from pre_commit.
         planned_doc = ws.hot.doc
         if pre_commit:
-            raw = await self.snapshots.show(ws, pre_commit, "hot/context.json")
-            planned_doc = hot_format.parse(raw, f"{pre_commit[:12]}:hot/context.json")
+            planned_doc = await self._doc_at(ws, pre_commit)
         plan = self.plan(ws, planned_doc)
         self._check_daily_cap(ws, health, plan)
         request = SummaryRequest(plan.entries, plan.allotment, task=str(ws.hot.doc.get("task") or ""))
@@ -223,7 +223,8 @@ class Checkpointer:
                 "request_ids": result.request_ids,
                 "redactions": result.redactions,
             }
-            new["checkpoints"] = [*(doc.get("checkpoints") or []), record]
+            # The newest records stay in hot; older ones are in git history and the warm log.
+            new["checkpoints"] = [*(doc.get("checkpoints") or []), record][-RECORDS_KEPT:]
             draft.set_hot(new)
             draft.log(
                 "checkpoint",
@@ -386,17 +387,17 @@ class Checkpointer:
             raise NotFound(f"no checkpoint {checkpoint_id!r} in {ws.name!r}; see checkpoint.list")
         originals: list[dict[str, Any]] = []
         summary_before = ""
+        summary = str(ws.hot.doc.get("summary") or "")
         if record.get("pre_commit"):
-            raw = await self.snapshots.show(ws, record["pre_commit"], "hot/context.json")
-            before = hot_format.parse(raw, f"{record['pre_commit'][:12]}:hot/context.json")
-            wanted = set(record.get("compressed") or [])
-            for kind, items in (("decision", before.get("decisions") or []), ("note", before.get("notes") or [])):
-                originals += [{"kind": kind, **e} for k, e in keyed(list(items)) if k in wanted]
-            summary_before = str(before.get("summary") or "") if "summary" in wanted else ""
-        summary = ws.hot.doc.get("summary", "")
-        if record.get("post_commit"):  # the summary this checkpoint wrote, even if a later one replaced it
-            after = await self.snapshots.show(ws, record["post_commit"], "hot/context.json")
-            summary = hot_format.parse(after, f"{record['post_commit'][:12]}:hot/context.json").get("summary", "")
+            before = await self._doc_at(ws, record["pre_commit"])
+            after = await self._doc_at(ws, record["post_commit"]) if record.get("post_commit") else ws.hot.doc
+            summary = str(after.get("summary") or "")  # the summary this checkpoint wrote
+            for kind, field in (("decision", "decisions"), ("note", "notes")):
+                remaining = {k for k, _ in keyed(list(after.get(field) or []))}
+                originals += [
+                    {"kind": kind, **e} for k, e in keyed(list(before.get(field) or [])) if k not in remaining
+                ]
+            summary_before = str(before.get("summary") or "")
         return {
             "record": record,
             "original_entries": originals,
@@ -404,6 +405,10 @@ class Checkpointer:
             "summary": summary,
             "undo": f"memd restore {ws.name} {record.get('pre_commit') or '<pre-commit>'} hot",
         }
+
+    async def _doc_at(self, ws: Workspace, commit: str) -> HotDoc:
+        raw = await self.snapshots.show(ws, commit, "hot/context.json")
+        return hot_format.parse(raw, f"{commit[:12]}:hot/context.json")
 
     def status_for(self, name: str) -> dict[str, Any]:
         h = self.health.get(name)

@@ -83,14 +83,29 @@ class Server:
         self.connections: set[Connection] = set()
         self.stats = {"accepted": 0, "refused": 0, "denied": 0, "requests": 0, "errors": 0}
         self._server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(lambda: Connection(self), sock=sock, backlog=512)
+        self._sweeper = loop.call_later(self._sweep_interval(), self._sweep)
+
+    def _sweep_interval(self) -> float:
+        return max(0.05, min(1.0, self.limits.request_timeout / 4, self.limits.idle_timeout / 4))
+
+    def _sweep(self) -> None:
+        """Close stalled and idle connections. One timer for the server, not one re-armed per request."""
+        now = asyncio.get_running_loop().time()
+        for conn in list(self.connections):
+            conn.close_if_expired(now)
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_interval(), self._sweep)
 
     def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
 
     async def drain(self, timeout: float) -> None:
         """Wait (bounded) for every in-flight request to be answered, then close all connections."""
@@ -112,8 +127,10 @@ class Connection(asyncio.Protocol):
         self.responses: deque[asyncio.Future[bytes | None]] = deque()
         self.in_flight = 0
         self.closing = False
-        self._timer: asyncio.TimerHandle | None = None
+        self.last_active = 0.0
+        self.partial_since = 0.0
         self._paused = False
+        self._writes_blocked = False  # the client is not reading its responses
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
@@ -137,7 +154,7 @@ class Connection(asyncio.Protocol):
             return
         server.stats["accepted"] += 1
         server.connections.add(self)
-        self._arm_timer()
+        self.last_active = asyncio.get_running_loop().time()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -162,7 +179,13 @@ class Connection(asyncio.Protocol):
         if len(buffer) > limit:
             self._too_large()
             return
-        self._arm_timer()
+        now = asyncio.get_running_loop().time()
+        if start:
+            self.last_active = now
+        if not buffer:
+            self.partial_since = 0.0
+        elif start or not self.partial_since:
+            self.partial_since = now  # a new partial line began: it has request_timeout to complete
 
     def eof_received(self) -> bool:
         """The client shut down its sending side (`echo ... | socat`): answer what it sent, then close."""
@@ -181,15 +204,15 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
-        if self._timer is not None:
-            self._timer.cancel()
 
     def pause_writing(self) -> None:  # the client does not read its responses: stop reading its requests
+        self._writes_blocked = True
         if self.transport is not None and not self._paused:
             self._paused = True
             self.transport.pause_reading()
 
-    def resume_writing(self) -> None:
+    def resume_writing(self) -> None:  # asyncio calls this once, when the buffer drained below its low mark
+        self._writes_blocked = False
         self._maybe_resume()
 
     # --- requests -------------------------------------------------------------------------------------------
@@ -251,37 +274,32 @@ class Connection(asyncio.Protocol):
                 out.append(payload)
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
+        self.last_active = asyncio.get_running_loop().time()
         self._maybe_resume()
-        self._arm_timer()
 
     def _maybe_resume(self) -> None:
         if (
             self._paused
+            and not self._writes_blocked
             and self.transport is not None
             and self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION // 2
-            and self.transport.get_write_buffer_size() == 0
         ):
             self._paused = False
             self.transport.resume_reading()
 
     # --- limits ---------------------------------------------------------------------------------------------
 
-    def _arm_timer(self) -> None:
-        if self.closing:
+    def close_if_expired(self, now: float) -> None:
+        if self.in_flight or self.closing:  # the daemon owes this client answers; its silence is not its fault
             return
-        if self._timer is not None:
-            self._timer.cancel()
         limits = self.server.limits
-        timeout = limits.request_timeout if self.buffer else limits.idle_timeout
-        self._timer = asyncio.get_running_loop().call_later(timeout, self._on_timeout)
-
-    def _on_timeout(self) -> None:
-        if self.in_flight:  # the daemon owes this client answers; its silence is not the client's fault
-            self._arm_timer()
-            return
-        reason = "partial request stalled" if self.buffer else "idle"
-        log.debug("closing connection from pid %d: %s", self.peer.pid, reason)
-        self.close()
+        if self.buffer and self.partial_since:
+            expired = now - self.partial_since > limits.request_timeout
+        else:
+            expired = now - self.last_active > limits.idle_timeout
+        if expired:
+            log.debug("closing connection from pid %d: %s", self.peer.pid, "stalled" if self.buffer else "idle")
+            self.close()
 
     def _too_large(self) -> None:
         self.server.stats["errors"] += 1
@@ -312,8 +330,6 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closing = True
-        if self._timer is not None:
-            self._timer.cancel()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
         self.server.connections.discard(self)

@@ -120,6 +120,7 @@ class Workspace:
         self.warm = WarmStore(self.root / "warm", counter)
         self.cold = ColdStore(self.root / "cold" / "MEMORY.md", counter)
         self.health = Health()
+        self._usage_cache: tuple[Any, dict[str, Any]] | None = None
         self._queue: list[tuple[Edit[Any], asyncio.Future[Any]]] = []
         self.before_destructive: Callable[[Workspace, str], Awaitable[None]] | None = None
         self.last_sweep: dict[str, Any] = {}
@@ -138,6 +139,8 @@ class Workspace:
         self.hot.load()
         self.cold.load()
         self.warm.scan()
+        for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
+            self.warm.tokens_for(day)  # a 10 MB day file is counted now, not by the first write after start
         return [str(p) for p in removed]
 
     def reconfigure(self, config: WorkspaceConfig) -> None:
@@ -368,7 +371,13 @@ class Workspace:
         }
 
     def usage_dict(self) -> dict[str, Any]:
-        return {tier: u.as_dict() for tier, u in self.usage().items()}
+        """Usage for replies; cached until a tier changes (every write's reply carries it). Do not mutate."""
+        key = (self.hot.tokens, self.cold.tokens, self.warm.version, self.today(), self.config.budget)
+        if self._usage_cache is None or self._usage_cache[0] != key:
+            usage = {tier: u.as_dict() for tier, u in self.usage().items()}
+            key = (self.hot.tokens, self.cold.tokens, self.warm.version, self.today(), self.config.budget)
+            self._usage_cache = (key, usage)
+        return self._usage_cache[1]
 
 
 def _apply_writes(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:

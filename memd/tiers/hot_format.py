@@ -64,8 +64,19 @@ def parse(data: bytes, where: str) -> HotDoc:
 
 
 def serialize(doc: HotDoc) -> bytes:
-    # Indented so that `git diff hot/context.json` shows which field changed; the file is small.
-    return (json.dumps(doc, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+    """One line per field and one line per list element, so `git diff hot/context.json` shows exactly which note
+    or decision changed. Each line is encoded by json's C encoder (`indent=` would force the pure-Python one,
+    several times slower on a large hot tier)."""
+    dumps = json.dumps
+    lines = []
+    for key, value in doc.items():
+        name = dumps(key, ensure_ascii=False)
+        if isinstance(value, list) and value:
+            items = ",\n    ".join(dumps(v, ensure_ascii=False) for v in value)
+            lines.append(f"  {name}: [\n    {items}\n  ]")
+        else:
+            lines.append(f"  {name}: {dumps(value, ensure_ascii=False)}")
+    return ("{\n" + ",\n".join(lines) + "\n}\n").encode("utf-8")
 
 
 def new_id(prefix: str, now: datetime) -> str:

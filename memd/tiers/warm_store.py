@@ -26,6 +26,7 @@ class DayFile:
     fingerprint: fsio.Fingerprint | None
     tokens: int | None = None  # None: not counted yet (counted on first need)
     entries: list[WarmEntry] | None = field(default=None, repr=False)  # parsed lazily, extended on append
+    ends_with_newline: bool | None = None  # None: unknown, read once when needed
 
 
 class WarmStore:
@@ -33,6 +34,7 @@ class WarmStore:
         self.directory = directory
         self._counter = counter
         self.days: dict[date, DayFile] = {}
+        self.version = 0  # bumped on every change, so derived figures (usage) can be cached
 
     def scan(self) -> bool:
         """Sync the day list with the directory (stat only; unchanged files are not read). True if anything changed."""
@@ -61,6 +63,8 @@ class WarmStore:
             elif known.fingerprint != fp:
                 self._adopt_change(day, known, fp)
                 changed = True
+        if changed:
+            self.version += 1
         return changed
 
     def refresh_day(self, day: date) -> None:
@@ -68,9 +72,11 @@ class WarmStore:
         fp = fsio.fingerprint(self.path_for(day))
         known = self.days.get(day)
         if fp is None:
-            self.days.pop(day, None)
+            if self.days.pop(day, None) is not None:
+                self.version += 1
         elif known is None:
             self.days[day] = DayFile(fp)
+            self.version += 1
         elif known.fingerprint != fp:
             self._adopt_change(day, known, fp)
 
@@ -83,7 +89,9 @@ class WarmStore:
         else:
             known.tokens = None
         known.entries = None
+        known.ends_with_newline = None
         known.fingerprint = fp
+        self.version += 1
 
     def path_for(self, day: date) -> Path:
         return self.directory / warm_format.day_filename(day)
@@ -93,8 +101,11 @@ class WarmStore:
         prefix = ""
         if known is None or known.fingerprint is None or known.fingerprint.size == 0:
             prefix = warm_format.day_header(day)
-        elif not self._ends_with_newline(day, known.fingerprint.size):
-            prefix = "\n"
+        else:
+            if known.ends_with_newline is None:
+                known.ends_with_newline = self._ends_with_newline(day, known.fingerprint.size)
+            if not known.ends_with_newline:  # another tool left the last line open: do not glue onto it
+                prefix = "\n"
         return fsio.FileWrite(self.path_for(day), (prefix + "".join(rendered)).encode("utf-8"), append=True)
 
     def _ends_with_newline(self, day: date, size: int) -> bool:
@@ -113,6 +124,8 @@ class WarmStore:
         if known.entries is not None:
             known.entries.extend(entries)
         known.fingerprint = fp
+        known.ends_with_newline = write.data.endswith(b"\n")
+        self.version += 1
         return added
 
     def tokens_for(self, day: date) -> int:
@@ -122,6 +135,7 @@ class WarmStore:
         if known.tokens is None:
             data = fsio.read_bytes(self.path_for(day)) or b""
             known.tokens = self._counter.count(data.decode("utf-8", "replace"))
+            self.version += 1
         return known.tokens
 
     def entries_for(self, day: date) -> list[WarmEntry]:
