@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import grp
 import logging
 import os
 import signal
-import socket
-import stat
 import time
 from collections.abc import Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,10 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memd import __version__, notify
+from memd import __version__, listen, notify
 from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
-from memd.errors import ConfigError, MemdError
+from memd.errors import ConfigError, MemdError, StartupError
 from memd.handlers import Call, Peer, dispatch
 from memd.jobs import Jobs
 from memd.llm import OpenAISummarizer
@@ -40,10 +36,6 @@ from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
 log = logging.getLogger("memd")
-
-
-class StartupError(MemdError):
-    """memd cannot start; the message says what to fix."""
 
 
 class SystemClock:
@@ -82,8 +74,7 @@ class Daemon:
         self._signals: asyncio.Queue[int] = asyncio.Queue()
         self._stop = asyncio.Event()
         self._lock_fd: int | None = None
-        self._socket_path: Path | None = None
-        self._activated = False
+        self.listener: listen.Listener | None = None
         self.server: Server | None = None
         self.notifier = notify.Notifier.from_env(env)
         self.started = time.time()
@@ -103,7 +94,7 @@ class Daemon:
             "version": __version__,
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 1),
-            "socket": str(self._socket_path or self.config.server.socket),
+            "socket": str(self.listener.path if self.listener else self.config.server.socket),
             "config": str(self.config_path) if self.config_path else "(embedded default)",
             "connections": len(self.server.connections) if self.server else 0,
             "server": dict(self.server.stats) if self.server else {},
@@ -173,15 +164,15 @@ class Daemon:
         return 0
 
     async def start(self) -> None:
-        self._take_lock()
+        self._lock_fd = listen.take_lock(self.config.daemon.state_dir)  # held, never closed, for the daemon's life
         self.registry.start()
         self.jobs.start()
         self._schedule_jobs()
-        sock = self._listening_socket(self.config.server)
+        self.listener = listen.listen(self.config.server, self.env)
         self.server = Server(self._dispatch, self._authorize, _limits(self.config.server))
-        await self.server.start(sock)
+        await self.server.start(self.listener.sock)
         log.info(
-            "memd %s listening on %s (%d workspaces)", __version__, self._socket_path, len(self.registry.workspaces)
+            "memd %s listening on %s (%d workspaces)", __version__, self.listener.path, len(self.registry.workspaces)
         )
         self._notify("READY=1", self._status_line())
 
@@ -199,7 +190,7 @@ class Daemon:
             await asyncio.wait_for(self.snapshots.flush("shutdown"), timeout)
         if self.server is not None:
             await self.server.drain(timeout=1.0)
-        self._remove_socket()
+        listen.remove(self.listener)
         self.io.shutdown(wait=True)
         self.git_io.shutdown(wait=False, cancel_futures=True)
         if self.notifier is not None:
@@ -314,19 +305,16 @@ class Daemon:
         opened = self.registry.prepare(new)
         assert self.server is not None
         old_server = self.config.server
-        if new.server.socket != old_server.socket and not self._activated:
-            sock = self._listening_socket(new.server, previous=self._socket_path)
+        assert self.listener is not None
+        if new.server.socket != old_server.socket and not self.listener.activated:
+            listener = listen.listen(new.server, self.env, previous=self.listener.path)
             old = self.server
             self.server = Server(self._dispatch, self._authorize, _limits(new.server))
-            await self.server.start(sock)
+            await self.server.start(listener.sock)
             old.stop_accepting()
-        elif not self._activated and self._socket_path is not None:
-            try:
-                if new.server.socket_group != old_server.socket_group and new.server.socket_group:
-                    os.chown(self._socket_path, -1, _gid(new.server.socket_group))
-                os.chmod(self._socket_path, new.server.socket_mode)
-            except OSError as exc:
-                raise StartupError(f"cannot apply the new socket group/mode: {exc.strerror or exc}") from exc
+            self.listener = listener
+        elif not self.listener.activated:
+            listen.apply_permissions(self.listener.path, new.server)
         self.config = new
         self.server.limits = _limits(new.server)
         await self.registry.apply(new, opened)
@@ -341,99 +329,18 @@ class Daemon:
         self.jobs.config = new.jobs
         self._schedule_jobs()
 
-    def _take_lock(self) -> None:
-        state = self.config.daemon.state_dir
-        _ensure_private_dir(state, group=False)
-        path = state / "memd.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _lock_holder(fd)
-            os.close(fd)
-            raise StartupError(
-                f"another memd (pid {holder}) is already running on state dir {state}; stop it first"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd  # held (never closed, never deleted) for the daemon's whole life
-
-    def _listening_socket(self, server: ServerConfig, previous: Path | None = None) -> socket.socket:
-        fds = notify.listen_fds(self.env, os.getpid())
-        if fds:
-            self._activated = True
-            sock = socket.socket(fileno=fds[0])
-            sock.setblocking(False)
-            name = sock.getsockname()
-            self._socket_path = Path(name) if isinstance(name, str) and name else server.socket
-            return sock
-        path = server.socket
-        _ensure_private_dir(path.parent, group=bool(server.socket_group))
-        if path.exists() or path.is_symlink():
-            if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                raise StartupError(f"{path} exists and is not a socket; remove it or choose another server.socket")
-            os.unlink(path)  # stale: we hold the single-instance lock, so nobody else is serving it
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)
-        try:
-            sock.bind(str(path))
-        except OSError as exc:
-            sock.close()
-            raise StartupError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
-        finally:
-            os.umask(old_umask)
-        try:
-            if server.socket_group:
-                os.chown(path, -1, _gid(server.socket_group))
-            os.chmod(path, server.socket_mode)
-        except OSError as exc:
-            sock.close()
-            raise StartupError(
-                f"cannot set owner group/mode of {path}: {exc.strerror or exc}; check server.socket_group "
-                "(memd must be a member of it) and server.socket_mode"
-            ) from exc
-        sock.listen(512)
-        sock.setblocking(False)
-        if previous is not None and previous != path:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(previous)
-        self._socket_path = path
-        return sock
-
-    def _remove_socket(self) -> None:
-        if self._socket_path is not None and not self._activated:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._socket_path)
-
     async def _watchdog(self, interval: float) -> None:
         while True:
             self._notify("WATCHDOG=1")
             await asyncio.sleep(interval)
 
     def _status_line(self) -> str:
-        return f"STATUS=serving {len(self.registry.workspaces)} workspaces on {self._socket_path}"
+        where = self.listener.path if self.listener else "-"
+        return f"STATUS=serving {len(self.registry.workspaces)} workspaces on {where}"
 
     def _notify(self, *lines: str) -> None:
         if self.notifier is not None:
             self.notifier.send(*lines)
-
-
-def _lock_holder(fd: int) -> str:
-    """The pid the running daemon wrote into the lock file. It writes it just after taking the lock, so a
-    loser racing it may look too early: wait briefly for a pid that is alive."""
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        if text.isdigit():
-            try:
-                os.kill(int(text), 0)
-                return text
-            except ProcessLookupError:
-                pass  # the previous holder, dead: the new one has not written yet
-            except PermissionError:
-                return text
-        time.sleep(0.01)
-    return "unknown: the holder did not record its pid (find it with `fuser -v memd.lock`)"
 
 
 def _limits(server: ServerConfig) -> Limits:
@@ -443,27 +350,6 @@ def _limits(server: ServerConfig) -> Limits:
         server.idle_timeout_seconds,
         server.request_timeout_seconds,
     )
-
-
-def _gid(group: str) -> int:
-    try:
-        return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-    except KeyError:
-        raise StartupError(f"server.socket_group: no group named {group!r}") from None
-
-
-def _ensure_private_dir(path: Path, group: bool) -> None:
-    """Create the directory 0700 (0750 with a socket group); refuse one another user owns or others can write."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o750 if group else 0o700)
-    st = os.stat(path)
-    if st.st_uid != os.getuid():
-        raise StartupError(
-            f"{path} is owned by uid {st.st_uid}, not by memd's uid {os.getuid()}; chown it or choose another path"
-        )
-    if st.st_mode & 0o022:
-        raise StartupError(
-            f"{path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):04o}); run chmod go-w {path}"
-        )
 
 
 def configure_logging(level: str) -> None:

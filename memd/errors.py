@@ -105,3 +105,7 @@ class CheckpointFailed(MemdError):
     """A checkpoint was not applied; nothing changed. The message says why."""
 
     code = CHECKPOINT_FAILED
+
+
+class StartupError(MemdError):
+    """memd cannot start (or cannot apply a reload); the message says what to fix."""
