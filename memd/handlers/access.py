@@ -1,0 +1,89 @@
+"""Who is calling and what they may touch: the call context handlers receive, and the access rules.
+
+Imports memd.checkpoint, memd.snapshots, memd.workspace and memd.errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from memd.checkpoint import Checkpointer
+from memd.errors import AccessDenied, InvalidParams, UnknownWorkspace
+from memd.snapshots import Snapshotter
+from memd.workspace import Workspace
+
+Access = Literal["public", "admin", "read", "write"]
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    pid: int
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
+class Services(Protocol):
+    """What the daemon offers handlers (implemented by memd.daemon)."""
+
+    own_uid: int
+    snapshots: Snapshotter
+    checkpoints: Checkpointer
+
+    def workspaces(self) -> Mapping[str, Workspace]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def reload(self) -> dict[str, Any]: ...
+
+    async def sweep(self, workspace: str | None, dry_run: bool) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    services: Services
+    peer: Peer
+
+
+Handler = Callable[[Call, Mapping[str, Any]], Awaitable[Any]]
+
+
+def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspace:
+    name = raw.get("workspace")
+    if not isinstance(name, str) or not name:
+        raise InvalidParams(
+            "missing parameter 'workspace' (a workspace name; see workspace.list)", data={"param": "workspace"}
+        )
+    ws = call.services.workspaces().get(name)
+    if ws is None:
+        raise UnknownWorkspace(
+            f"no workspace named {name!r}; configured and discovered: {', '.join(sorted(call.services.workspaces()))}",
+            data={"workspace": name},
+        )
+    if not may_access(call, ws, access):
+        raise AccessDenied(
+            f"uid {call.peer.uid} may not {'write to' if access == 'write' else 'read'} workspace {name!r}",
+            data={"workspace": name, "uid": call.peer.uid},
+        )
+    if access == "read":
+        ws.refresh()
+    return ws
+
+
+def privileged(call: Call) -> bool:
+    return call.peer.uid in (0, call.services.own_uid)
+
+
+def may_access(call: Call, ws: Workspace, access: Access) -> bool:
+    """Per-workspace rules: with `writers`/`readers` lists set, only those uids (and root, memd's own uid)."""
+    if privileged(call) or not (ws.config.writers or ws.config.readers):
+        return True
+    allowed = ws.config.writers if access == "write" else (*ws.config.readers, *ws.config.writers)
+    return call.peer.uid in allowed
+
+
+def result_with_usage(ws: Workspace, result: dict[str, Any]) -> dict[str, Any]:
+    result["usage"] = ws.usage_dict()
+    return result

@@ -1,0 +1,265 @@
+"""The tiers' methods: session start, progress, decisions, notes, warm log and retention, learnings, context.
+
+Each validates its params at this edge; writes go through `Workspace.write` with an edit of the batch draft and
+return the workspace's token usage once durable. Imports memd.handlers.access, memd.context, memd.workspace, the
+tier formats, memd.params and memd.errors.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from datetime import date
+from typing import Any
+
+from memd.context import build_context, recent_warm, render_cold
+from memd.errors import AccessDenied, InvalidParams
+from memd.handlers.access import Call, privileged, result_with_usage, workspace_for
+from memd.params import MAX_LABEL, Params
+from memd.tiers import cold_format, hot_format
+from memd.tiers.warm_format import WarmEntry
+from memd.workspace import Draft, Workspace
+
+RECENT_DECISIONS = 5
+RECENT_ACTIVITY = 10
+
+
+async def session_start(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "task", "session_id", "topic"}))
+    ws = workspace_for(call, raw, "write")
+    task = p.optional_text("task", max_len=4 * MAX_LABEL, allow_empty=False)
+    session_id = p.optional_text("session_id", max_len=MAX_LABEL, allow_empty=False)
+    topic = p.optional_text("topic")
+
+    def edit(draft: Draft) -> tuple[hot_format.HotDoc, bool, str]:
+        before = draft.edit_hot()
+        resuming = task is None or task == before.get("task")
+        sid = (
+            session_id
+            or (str(before.get("session_id") or "") if resuming else "")
+            or f"sess-{draft.local.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        )
+        after, resumed = hot_format.start_session(before, task, sid, draft.now)
+        draft.set_hot(after)
+        details = [("session_id", sid), ("task", str(after.get("task") or ""))]
+        if not resumed and before.get("task"):
+            details += [
+                ("previous_task", str(before["task"])),
+                ("previous_step", str(before.get("current_step") or "")),
+            ]
+        draft.log("session-resume" if resumed else "session-start", tuple(details))
+        return before, resumed, sid
+
+    before, resumed, sid = await ws.write(edit)
+    call.services.snapshots.request(ws, "session start")
+    doc = ws.hot.doc
+    packet = _resume_packet(ws, doc, topic or str(doc.get("task") or ""))
+    packet.update(session_id=sid, resumed=resumed)
+    if not resumed and before.get("task"):
+        packet["previous"] = {
+            "session_id": before.get("session_id", ""),
+            "task": before.get("task", ""),
+            "current_step": before.get("current_step", ""),
+            "pending_actions": before.get("pending_actions", []),
+            "files_modified": before.get("files_modified", []),
+        }
+    return result_with_usage(ws, packet)
+
+
+def _resume_packet(ws: Workspace, doc: hot_format.HotDoc, topic: str) -> dict[str, Any]:
+    activity: list[dict[str, Any]] = []
+    for day, entries in recent_warm(ws, ws.config.warm.recent_days):
+        for entry in reversed(entries):
+            if len(activity) >= RECENT_ACTIVITY:
+                break
+            activity.append(_entry_json(day.isoformat(), entry))
+    relevant = render_cold(cold_format.relevant(ws.cold.learnings, topic or None), ws.counter, ws.config.budget.cold)
+    return {
+        "task": doc.get("task", ""),
+        "current_step": doc.get("current_step", ""),
+        "pending_actions": doc.get("pending_actions", []),
+        "files_modified": doc.get("files_modified", []),
+        "recent_decisions": (doc.get("decisions") or [])[-RECENT_DECISIONS:],
+        "relevant_learnings": [
+            {"category": lr.category, "date": lr.date, "text": lr.text} for lr in relevant.learnings
+        ],
+        "recent_activity": activity,
+        "context": build_context(ws, topic or None),
+    }
+
+
+async def progress_update(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "step", "files", "pending_add", "pending_done"}))
+    ws = workspace_for(call, raw, "write")
+    step = p.optional_text("step", max_len=4 * MAX_LABEL)
+    files, pending_add, pending_done = (
+        p.text_list("files"),
+        p.text_list("pending_add"),
+        p.text_list("pending_done"),
+    )
+
+    def edit(draft: Draft) -> list[str]:
+        doc, missing = hot_format.update_progress(draft.edit_hot(), step, files, pending_add, pending_done)
+        draft.set_hot(doc)
+        return missing
+
+    missing = await ws.write(edit)
+    doc = ws.hot.doc
+    return result_with_usage(
+        ws,
+        {
+            "current_step": doc.get("current_step", ""),
+            "files_modified": doc.get("files_modified", []),
+            "pending_actions": doc.get("pending_actions", []),
+            "not_pending": missing,
+        },
+    )
+
+
+async def decision_record(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "action", "reason", "risk"}))
+    ws = workspace_for(call, raw, "write")
+    action = p.text("action", max_len=MAX_LABEL)
+    reason = p.text("reason", allow_empty=True)
+    risk = p.optional_text("risk", max_len=MAX_LABEL)
+
+    def edit(draft: Draft) -> dict[str, Any]:
+        doc, decision = hot_format.add_decision(draft.edit_hot(), action, reason, risk, draft.now)
+        draft.set_hot(doc)
+        details = [("reason", reason)] + ([("risk", risk)] if risk is not None else [])
+        draft.log(f"decision: {action}", tuple(details))
+        return decision
+
+    decision = await ws.write(edit)
+    return result_with_usage(ws, {"decision": decision})
+
+
+async def hot_note(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "text"}))
+    ws = workspace_for(call, raw, "write")
+    text = p.text("text")
+
+    def edit(draft: Draft) -> dict[str, Any]:
+        doc, note = hot_format.add_note(draft.edit_hot(), text, draft.now)
+        draft.set_hot(doc)
+        return note
+
+    note = await ws.write(edit)
+    return result_with_usage(ws, {"note": note})
+
+
+async def hot_get(call: Call, raw: Mapping[str, Any]) -> Any:
+    Params(raw, frozenset({"workspace"}))
+    ws = workspace_for(call, raw, "read")
+    result: dict[str, Any] = {"hot": ws.hot.doc, "rendered": "".join(hot_format.render_lines(ws.hot.doc))}
+    if ws.hot.error is not None:
+        result["error"] = ws.hot.error.message
+    return result_with_usage(ws, result)
+
+
+# --- warm tier -----------------------------------------------------------------------------------------------
+
+
+def _entry_json(day: str, entry: WarmEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "date": day,
+        "time": entry.time,
+        "action": entry.action,
+        "details": dict(entry.details),
+    }
+    if entry.result is not None:
+        out["result"] = entry.result
+    if entry.extra:
+        out["extra"] = entry.extra
+    return out
+
+
+async def warm_log(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "action", "details", "result"}))
+    ws = workspace_for(call, raw, "write")
+    action = p.text("action", max_len=MAX_LABEL)
+    details = p.details("details")
+    result = p.optional_text("result")
+
+    def edit(draft: Draft) -> dict[str, Any]:
+        entry = draft.log(action, details, result)
+        return _entry_json(draft.local.date().isoformat(), entry)
+
+    entry = await ws.write(edit)
+    return result_with_usage(ws, {"entry": entry})
+
+
+async def warm_recent(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "days"}))
+    ws = workspace_for(call, raw, "read")
+    days = p.integer("days", ws.config.warm.recent_days, minimum=1, maximum=3660)
+    return result_with_usage(
+        ws,
+        {
+            "days": [
+                {"date": d.isoformat(), "entries": [_entry_json(d.isoformat(), e) for e in entries]}
+                for d, entries in recent_warm(ws, days)
+            ]
+        },
+    )
+
+
+async def warm_day(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "date"}))
+    ws = workspace_for(call, raw, "read")
+    text = p.text("date", max_len=10)
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise InvalidParams(f"parameter 'date' must be YYYY-MM-DD, not {text!r}", data={"param": "date"}) from None
+    entries, source = ws.day_entries(day)
+    return {"date": day.isoformat(), "source": source, "entries": [_entry_json(day.isoformat(), e) for e in entries]}
+
+
+async def retention_sweep(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "dry_run"}))
+    dry_run = p.flag("dry_run")
+    name = None
+    if raw.get("workspace") is not None:
+        name = workspace_for(call, raw, "write").name
+    elif not privileged(call):
+        raise AccessDenied("sweeping every workspace needs the daemon's uid or root; name a workspace")
+    return await call.services.sweep(name, dry_run)
+
+
+# --- cold tier -----------------------------------------------------------------------------------------------
+
+
+async def cold_learn(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "category", "learning"}))
+    ws = workspace_for(call, raw, "write")
+    category = p.text("category", max_len=MAX_LABEL)
+    learning = p.text("learning")
+
+    def edit(draft: Draft) -> str:
+        return draft.learn(category.strip(), learning)
+
+    day = await ws.write(edit)
+    return result_with_usage(ws, {"learning": {"category": category.strip(), "date": day, "text": learning}})
+
+
+async def cold_get(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "topic"}))
+    ws = workspace_for(call, raw, "read")
+    topic = p.optional_text("topic")
+    relevant = cold_format.relevant(ws.cold.learnings, topic)
+    section = render_cold(relevant, ws.counter, ws.config.budget.cold)
+    return result_with_usage(
+        ws,
+        {
+            "learnings": [{"category": lr.category, "date": lr.date, "text": lr.text} for lr in section.learnings],
+            "omitted": section.omitted,
+            "text": section.text,
+        },
+    )
+
+
+async def context_get(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "topic"}))
+    ws = workspace_for(call, raw, "read")
+    return build_context(ws, p.optional_text("topic"))
