@@ -21,6 +21,13 @@ from pathlib import Path
 TEMP_MARKER = ".memd-tmp-"
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO someone planted must fail, not hang the writer
+
+
+def _require_regular(fd: int, path: Path) -> None:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{path} is not a regular file; memd only reads and writes regular files")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +107,17 @@ def durable_append(path: Path, data: bytes, mode: int = 0o644) -> Fingerprint:
     directory = path.parent
     _refuse_symlinked_dir(directory)
     created = False
-    flags = os.O_WRONLY | os.O_APPEND | _O_CLOEXEC | _O_NOFOLLOW
+    flags = os.O_WRONLY | os.O_APPEND | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
         fd = os.open(path, flags | os.O_CREAT, mode)
         created = True
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO with no reader
+            raise OSError(errno.EINVAL, f"{path} is not a regular file; memd only writes regular files") from None
+        raise
+    _require_regular(fd, path)
     try:
         before = os.fstat(fd).st_size
         try:
@@ -134,19 +146,31 @@ def _write_all(fd: int, data: bytes) -> None:
 def read_bytes(path: Path) -> bytes | None:
     """The file's bytes, or None when it does not exist. Symlinks are not followed."""
     try:
-        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
     except FileNotFoundError:
         return None
+    _require_regular(fd, path)
     with os.fdopen(fd, "rb") as f:
         return f.read()
 
 
 def read_range(path: Path, offset: int) -> bytes:
     """Bytes from `offset` to the end (what an outside appender added since memd last looked)."""
-    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
+    _require_regular(fd, path)
     with os.fdopen(fd, "rb") as f:
         f.seek(offset)
         return f.read()
+
+
+def last_byte(path: Path, size: int) -> bytes:
+    """The byte at `size - 1` (does the file end with a newline?), read without following links."""
+    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
+    _require_regular(fd, path)
+    try:
+        return os.pread(fd, 1, max(size - 1, 0))
+    finally:
+        os.close(fd)
 
 
 def remove_stale_temp_files(directories: Iterable[Path]) -> list[Path]:

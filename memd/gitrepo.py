@@ -163,6 +163,8 @@ class GitRepo:
             raise GitMissing(f"git binary {self.git} is gone: snapshots are disabled") from None
         except subprocess.TimeoutExpired:
             raise GitError(f"git {args[0]} timed out after {timeout:.0f}s in {self.git_dir}") from None
+        except OSError as exc:  # E2BIG for an absurd argument list, EMFILE, ...
+            raise GitError(f"cannot run git {args[0]}: {exc.strerror or exc}") from None
         if check and out.returncode != 0:
             err = out.stderr.decode(errors="replace").strip()
             raise GitError(f"git {args[0]} failed in {self.git_dir}: {err or f'exit {out.returncode}'}")
@@ -177,12 +179,25 @@ class GitRepo:
         if not self.work_tree.is_dir():
             raise GitError(f"workspace directory {self.work_tree} is gone; not creating a repository for it")
         self.git_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.run("init", "--quiet", f"--initial-branch={branch}")
-        self.run("config", "memd.managed", "true")
-        self.run("config", "core.worktree", str(self.work_tree))
-        exclude = self.git_dir / "info" / "exclude"
-        exclude.parent.mkdir(parents=True, exist_ok=True)
-        exclude.write_text("# written by memd\n*.memd-tmp-*\n")
+        # Built under a temporary name and renamed into place, so a kill half-way never leaves a `.git` without
+        # its memd.managed mark (which memd would then take for someone else's repository).
+        final = self.git_dir
+        for leftover in final.parent.glob(f"{final.name}.memd-tmp-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        self.git_dir = final.parent / f"{final.name}.memd-tmp-{os.getpid()}"
+        try:
+            self.run("init", "--quiet", f"--initial-branch={branch}")
+            self.run("config", "memd.managed", "true")
+            self.run("config", "core.worktree", str(self.work_tree))
+            exclude = self.git_dir / "info" / "exclude"
+            exclude.parent.mkdir(parents=True, exist_ok=True)
+            exclude.write_text("# written by memd\n*.memd-tmp-*\n.git.memd-tmp-*\n")
+            os.rename(self.git_dir, final)
+        except BaseException:
+            shutil.rmtree(self.git_dir, ignore_errors=True)
+            raise
+        finally:
+            self.git_dir = final
 
     def check_safe(self) -> None:
         for marker in _UNSAFE_MARKERS:

@@ -36,7 +36,7 @@ class Params:
             return None
         return self._check_text(key, value, max_len, allow_empty)
 
-    def text_list(self, key: str) -> list[str]:
+    def text_list(self, key: str, *, max_len: int | None = None, max_items: int = 10_000) -> list[str]:
         value = self._raw.get(key)
         if value is None:
             return []
@@ -44,7 +44,9 @@ class Params:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidParams(f"parameter {key!r} must be a list of strings", data={"param": key})
-        return [self._check_text(key, v, None, False) for v in value]
+        if len(value) > max_items:
+            raise InvalidParams(f"parameter {key!r} has more than {max_items} items", data={"param": key})
+        return [self._check_text(key, v, max_len, False) for v in value]
 
     def details(self, key: str) -> tuple[tuple[str, str], ...]:
         value = self._raw.get(key)

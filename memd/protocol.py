@@ -44,7 +44,7 @@ class ProtocolError(MemdError):
 def parse_request(line: bytes) -> Request:
     try:
         # Strict UTF-8 first: json.loads would guess UTF-16/32 from raw bytes and accept encoded surrogates.
-        obj = json.loads(line.decode("utf-8"))
+        obj = json.loads(line.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
     except UnicodeDecodeError:
         raise ProtocolError(PARSE_ERROR, "request is not valid UTF-8") from None
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
@@ -70,6 +70,17 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(params, dict):
         raise ProtocolError(INVALID_REQUEST, "'params' must be an object (by-name parameters)", reply_id)
     return Request(method, params, request_id)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} is too large for a double")
+    return value
 
 
 def _is_text(value: str) -> bool:
@@ -99,8 +110,8 @@ def encode_request(method: str, params: dict[str, Any], request_id: Any = _NO_ID
 
 
 def _dumps(obj: Any) -> bytes:
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     try:
         return (text + "\n").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate echoed back (say, in an id): escape it, JSON allows that
-        return (json.dumps(obj, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
+        return (json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False) + "\n").encode("ascii")

@@ -40,6 +40,8 @@ class SweepPlan:
 
 def plan_sweep(directory: Path, today: date, retention_days: int) -> SweepPlan:
     expired: list[tuple[date, str]] = []
+    if directory.is_symlink():  # warm/ itself replaced by a link: what it points at is not ours to delete
+        return SweepPlan(directory, ())
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
@@ -56,6 +58,8 @@ def plan_sweep(directory: Path, today: date, retention_days: int) -> SweepPlan:
 def delete_expired(plan: SweepPlan) -> list[str]:
     """Remove the planned files (runs in a worker thread). Returns what was removed."""
     removed: list[str] = []
+    if plan.directory.is_symlink():
+        return removed
     for name in plan.expired:
         path = plan.directory / name
         if not _still_regular(path):
@@ -71,6 +75,8 @@ def archive_expired(plan: SweepPlan) -> list[str]:
     """Move the planned files into monthly gzip archives, durably, then delete them. Returns what was moved."""
     archive_dir = plan.directory / ARCHIVE_DIR
     moved: list[str] = []
+    if plan.directory.is_symlink():
+        return moved
     for name in plan.expired:
         path = plan.directory / name
         if not _still_regular(path):

@@ -131,6 +131,7 @@ class Connection(asyncio.Protocol):
         self.partial_since = 0.0
         self._paused = False
         self._writes_blocked = False  # the client is not reading its responses
+        self._processing = False
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
@@ -159,11 +160,25 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.buffer += data
+        self._process_buffer()
+
+    def _process_buffer(self) -> None:
+        """Dispatch the complete lines in the buffer, at most MAX_IN_FLIGHT_PER_CONNECTION at a time: a client that
+        pipelines without reading waits (reading paused, lines kept) instead of growing memd's memory."""
+        if self._processing:  # re-entered through an immediate answer's flush: the running loop carries on
+            return
+        self._processing = True
+        try:
+            self._process_lines()
+        finally:
+            self._processing = False
+
+    def _process_lines(self) -> None:
         buffer = self.buffer
-        buffer += data
         limit = self.server.limits.max_request_bytes
         start = 0
-        while True:
+        while self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION and not self.closing:
             end = buffer.find(b"\n", start)
             if end < 0:
                 break
@@ -174,9 +189,14 @@ class Connection(asyncio.Protocol):
             start = end + 1
             if line.strip():
                 self._handle_line(line)
+        if self.closing:
+            return
         if start:
             del buffer[:start]
-        if len(buffer) > limit:
+        if self.in_flight >= MAX_IN_FLIGHT_PER_CONNECTION and self.transport is not None and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+        if buffer.find(b"\n") < 0 and len(buffer) > limit:
             self._too_large()
             return
         now = asyncio.get_running_loop().time()
@@ -189,11 +209,11 @@ class Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         """The client shut down its sending side (`echo ... | socat`): answer what it sent, then close."""
-        self.buffer.clear()
+        del self.buffer[self.buffer.rfind(b"\n") + 1 :]  # an unterminated last line is not a request
         loop = asyncio.get_running_loop()
 
         def close_when_answered() -> None:
-            if self.in_flight:
+            if (self.in_flight or self.buffer) and not self.closing:
                 loop.call_later(0.005, close_when_answered)
             else:
                 self.close()
@@ -232,9 +252,6 @@ class Connection(asyncio.Protocol):
             return
         task = loop.create_task(self._run(request))
         task.add_done_callback(lambda t: self._finish(future, request, t))
-        if self.in_flight >= MAX_IN_FLIGHT_PER_CONNECTION and self.transport is not None and not self._paused:
-            self._paused = True
-            self.transport.pause_reading()
 
     async def _run(self, request: protocol.Request) -> Any:
         return await self.server.dispatch(self.peer, request)
@@ -286,6 +303,8 @@ class Connection(asyncio.Protocol):
         ):
             self._paused = False
             self.transport.resume_reading()
+        if b"\n" in self.buffer and self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION and not self.closing:
+            self._process_buffer()  # lines that arrived while this connection was at its in-flight limit
 
     # --- limits ---------------------------------------------------------------------------------------------
 

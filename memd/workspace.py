@@ -14,7 +14,9 @@ Imports the tiers, memd.retention, memd.fsio, memd.tokens, memd.config and memd.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -380,6 +382,17 @@ class Workspace:
         return self._usage_cache[1]
 
 
+def _regular_files(base: Path) -> list[Path]:
+    """Regular files under `base`, never descending into symlinked directories."""
+    found: list[Path] = []
+    for directory, _dirs, names in os.walk(base, followlinks=False):
+        for name in names:
+            path = Path(directory) / name
+            if path.is_file() and not path.is_symlink():
+                found.append(path)
+    return found
+
+
 def _apply_writes(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
     """Runs in a worker thread. A tier directory someone removed is made again (the workspace root never is:
     a removed workspace stays removed), so one `rm -r warm` does not fail every later write."""
@@ -393,6 +406,9 @@ def _apply_writes(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerp
 def _replace_tree(root: Path, files: dict[str, bytes], paths: list[str]) -> list[str]:
     """Runs in a worker thread: write every file of `files`, remove the other files under `paths`."""
     changed: list[str] = []
+    for top in {rel.split("/")[0] for rel in files} | set(paths):
+        if (root / top).is_symlink():
+            raise OSError(errno.ELOOP, f"{root / top} is a symlink; memd does not restore through it")
     for rel, data in sorted(files.items()):
         target = root / rel
         if fsio.read_bytes(target) != data:

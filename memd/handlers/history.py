@@ -39,14 +39,14 @@ async def history_diff(call: Call, raw: Mapping[str, Any]) -> Any:
     p = Params(raw, frozenset({"workspace", "rev", "rev2", "paths"}))
     ws = workspace_for(call, raw, "read")
     rev, rev2 = p.text("rev", max_len=MAX_LABEL), p.optional_text("rev2", max_len=MAX_LABEL, allow_empty=False)
-    paths = p.text_list("paths") or list(call.services.snapshots.config.paths)
+    paths = p.text_list("paths", max_len=MAX_LABEL, max_items=64) or list(call.services.snapshots.config.paths)
     return {"diff": await call.services.snapshots.diff(ws, rev, rev2, paths)}
 
 
 async def snapshot_restore(call: Call, raw: Mapping[str, Any]) -> Any:
     p = Params(raw, frozenset({"workspace", "rev", "paths"}))
     ws = workspace_for(call, raw, "write")
-    paths = p.text_list("paths") or list(call.services.snapshots.config.paths)
+    paths = p.text_list("paths", max_len=MAX_LABEL, max_items=64) or list(call.services.snapshots.config.paths)
     result = await call.services.snapshots.restore(ws, p.text("rev", max_len=MAX_LABEL), paths)
     return result_with_usage(ws, result)
 

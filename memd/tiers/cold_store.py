@@ -7,6 +7,7 @@ Imports memd.fsio, memd.tokens, memd.errors and the cold format.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from memd import fsio
@@ -28,7 +29,16 @@ class ColdStore:
 
     def load(self) -> None:
         self.fingerprint = fsio.fingerprint(self.path)
-        data = fsio.read_bytes(self.path)
+        try:
+            if self.path.parent.is_symlink():
+                raise OSError(errno.ELOOP, "its directory is a symlink")
+            data = fsio.read_bytes(self.path)
+        except OSError as exc:
+            self.error = CorruptFile(
+                f"{self.path} cannot be read ({exc.strerror or exc}): memd reads and writes only regular files, "
+                "never through symlinks; replace it with a regular file"
+            )
+            return
         try:
             self.text = "" if data is None else data.decode("utf-8")
             self.error = None

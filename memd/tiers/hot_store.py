@@ -7,6 +7,7 @@ Imports memd.fsio, memd.tokens, memd.errors and the hot format.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from memd import fsio
@@ -29,8 +30,17 @@ class HotStore:
     def load(self) -> None:
         """(Re)read the file. A corrupt file keeps the last good document and records the error."""
         fp = fsio.fingerprint(self.path)
-        data = fsio.read_bytes(self.path)
         self.fingerprint = fp
+        try:
+            if self.path.parent.is_symlink():
+                raise OSError(errno.ELOOP, "its directory is a symlink")
+            data = fsio.read_bytes(self.path)
+        except OSError as exc:
+            self.error = CorruptFile(
+                f"{self.path} cannot be read ({exc.strerror or exc}): memd reads and writes only regular files, "
+                "never through symlinks; replace it with a regular file"
+            )
+            return
         if data is None:
             self.exists = False
             self.error = None

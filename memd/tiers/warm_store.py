@@ -109,9 +109,7 @@ class WarmStore:
         return fsio.FileWrite(self.path_for(day), (prefix + "".join(rendered)).encode("utf-8"), append=True)
 
     def _ends_with_newline(self, day: date, size: int) -> bool:
-        with open(self.path_for(day), "rb") as f:
-            f.seek(size - 1)
-            return f.read(1) == b"\n"
+        return fsio.last_byte(self.path_for(day), size) == b"\n"
 
     def commit_append(
         self, day: date, fp: fsio.Fingerprint, write: fsio.FileWrite, entries: Sequence[WarmEntry]

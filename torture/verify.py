@@ -1,0 +1,277 @@
+"""Reading a workspace back with memd's own parsers, and checking it against what clients were told.
+
+`inspect()` reads hot/context.json (hot_format.parse), every warm day file (warm_format.parse_day) and
+cold/MEMORY.md (cold_format.parse_memory), and lists memd's temp files. Beyond "it parses" it checks that the files
+are exactly what memd writes, so a torn or interleaved write cannot hide behind a tolerant parser:
+  * a day file must equal its header followed by the re-rendering of its parsed entries, byte for byte;
+  * MEMORY.md must consist of the preamble, blank lines, unique `## ` headings and `- [date] text` lines.
+
+`Ledger` collects the writer processes' .sent/.ack files; `account()` counts every label in the files: an
+acknowledged label must be present exactly once in its tier (a decision both in hot and as a warm entry), one
+that was sent but not acknowledged at most once, and no label may appear that was never sent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from memd import fsio
+from memd.errors import CorruptFile
+from memd.tiers import cold_format, hot_format, warm_format
+from memd.tiers.cold_format import Learning
+from memd.tiers.warm_format import WarmEntry
+
+LABEL_RE = re.compile(r"([whcd])-([0-9A-Za-z_]+)-([0-9]+)")
+_LEARNING_LINE = re.compile(r"- \[[0-9]{4}-[0-9]{2}-[0-9]{2}\] .*")
+
+
+@dataclass
+class WsState:
+    root: Path
+    hot: dict[str, Any] | None = None
+    warm: dict[str, list[WarmEntry]] = field(default_factory=dict)
+    learnings: list[Learning] = field(default_factory=list)
+    cold_text: str = ""
+    temps: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def entries(self) -> list[WarmEntry]:
+        return [e for name in sorted(self.warm) for e in self.warm[name]]
+
+    @property
+    def notes(self) -> list[dict[str, Any]]:
+        return list((self.hot or {}).get("notes") or [])
+
+    @property
+    def decisions(self) -> list[dict[str, Any]]:
+        return list((self.hot or {}).get("decisions") or [])
+
+    @property
+    def checkpoints(self) -> list[dict[str, Any]]:
+        return list((self.hot or {}).get("checkpoints") or [])
+
+
+def warm_problems(name: str, data: bytes) -> tuple[list[WarmEntry], list[str]]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return [], [f"warm/{name}: not UTF-8 ({exc})"]
+    entries = warm_format.parse_day(text)
+    if not text:  # created, nothing appended yet: memd writes the header with the first append
+        return entries, []
+    day = warm_format.parse_day_filename(name)
+    assert day is not None
+    expected = warm_format.day_header(day) + "".join(warm_format.render_entry(e) for e in entries)
+    if text != expected:
+        pairs = enumerate(zip(text, expected, strict=False))
+        at = next((i for i, (a, b) in pairs if a != b), min(len(text), len(expected)))
+        return entries, [
+            f"warm/{name}: not exactly what memd writes at offset {at} of {len(text)}: "
+            f"file has {text[max(0, at - 40) : at + 80]!r}, re-rendering gives {expected[max(0, at - 40) : at + 80]!r}"
+        ]
+    return entries, []
+
+
+def cold_problems(text: str) -> list[str]:
+    problems: list[str] = []
+    headings: Counter[str] = Counter()
+    lines = text.split("\n")
+    if text and not text.endswith("\n"):
+        problems.append("cold/MEMORY.md: no final newline")
+    if text and lines[0] != "# Agent Memory":
+        problems.append(f"cold/MEMORY.md: first line is {lines[0][:80]!r}")
+    for number, line in enumerate(lines[1:], start=2):
+        if not line:
+            continue
+        if line.startswith("## "):
+            headings[line] += 1
+        elif not _LEARNING_LINE.fullmatch(line):
+            problems.append(f"cold/MEMORY.md:{number}: unexpected line {line[:120]!r}")
+    problems += [f"cold/MEMORY.md: heading {h!r} appears {n} times" for h, n in headings.items() if n > 1]
+    return problems[:20]
+
+
+def inspect(root: Path, strict: bool = True) -> WsState:
+    """Read a workspace's files as memd would; `strict` adds the byte-exactness checks described above."""
+    state = WsState(root)
+    for tier in ("hot", "warm", "cold"):
+        state.temps += [f"{tier}/{n}" for n in _names(root / tier) if fsio.is_temp_name(n)]
+    hot_path = root / "hot" / "context.json"
+    if os.path.lexists(hot_path):
+        try:
+            data = hot_path.read_bytes()
+            state.hot = hot_format.parse(data, "hot/context.json")
+        except CorruptFile as exc:
+            state.problems.append(f"hot: {exc.message}")
+        except OSError as exc:
+            state.problems.append(f"hot: cannot read: {exc}")
+    for name in _names(root / "warm"):
+        if warm_format.parse_day_filename(name) is None or not (root / "warm" / name).is_file():
+            continue
+        data = (root / "warm" / name).read_bytes()
+        if strict:
+            entries, problems = warm_problems(name, data)
+            state.problems += problems
+        else:
+            entries = warm_format.parse_day(data.decode("utf-8", "replace"))
+        state.warm[name] = entries
+    cold_path = root / "cold" / "MEMORY.md"
+    if os.path.lexists(cold_path):
+        try:
+            state.cold_text = cold_path.read_bytes().decode("utf-8")
+            state.learnings = cold_format.parse_memory(state.cold_text)
+            if strict:
+                state.problems += cold_problems(state.cold_text)
+        except UnicodeDecodeError as exc:
+            state.problems.append(f"cold: not UTF-8 ({exc})")
+    return state
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+# --- what clients were told -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Ledger:
+    acked: dict[str, str] = field(default_factory=dict)  # label -> note/decision id ("-" when none)
+    sent: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+
+    def load(self, directory: Path) -> Ledger:
+        for path in sorted(directory.glob("*.sent")):
+            self.sent.update(line for line in path.read_text().splitlines() if line)
+        for path in sorted(directory.glob("*.ack")):
+            for line in path.read_text().splitlines():
+                label, _, ident = line.partition("\t")
+                if label:
+                    self.acked[label] = ident
+        for path in sorted(directory.glob("*.err")):
+            self.errors += [line for line in path.read_text().splitlines() if line]
+        return self
+
+    def by_kind(self) -> Counter[str]:
+        return Counter(label[0] for label in self.acked)
+
+
+@dataclass
+class Accounting:
+    checked: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    phantom: list[str] = field(default_factory=list)
+    compressed: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"{self.checked} acked checked, {len(self.lost)} lost, {len(self.duplicated)} duplicated, "
+            f"{len(self.phantom)} never sent"
+        )
+
+
+def account(
+    state: WsState, ledger: Ledger, compressed_ok: bool = False, records: list[dict[str, Any]] | None = None
+) -> Accounting:
+    """Count every label in the files against the ledger (see the module docstring). With `compressed_ok`, a hot
+    note or decision may instead have been compressed by a checkpoint whose record names its id: a record in
+    hot/context.json, or one of `records` (memd keeps only the newest records in hot; older ones are in git)."""
+    out = Accounting()
+    warm = Counter(e.action for e in state.entries)
+    notes = Counter(str(n.get("text")) for n in state.notes)
+    decisions = Counter(str(d.get("action")) for d in state.decisions)
+    cold = Counter((lr.category, lr.text) for lr in state.learnings)
+    compressed: set[str] = set()
+    for record in [*state.checkpoints, *(records or [])]:
+        compressed.update(str(k) for k in record.get("compressed") or [])
+
+    seen: set[str] = set()
+    for action in warm:
+        label = action.removeprefix("decision: ")
+        if LABEL_RE.fullmatch(label):
+            seen.add(label)
+    seen.update(t for t in notes if LABEL_RE.fullmatch(t))
+    seen.update(a for a in decisions if LABEL_RE.fullmatch(a))
+    seen.update(text for (_, text) in cold if LABEL_RE.fullmatch(text))
+    out.phantom = sorted(seen - ledger.sent)[:50]
+
+    for label in sorted(ledger.sent):
+        match = LABEL_RE.fullmatch(label)
+        if match is None:
+            continue
+        kind, client = match[1], match[2]
+        places: list[tuple[str, int, bool]] = []  # (where, count, may be compressed)
+        if kind == "w":
+            places.append(("warm", warm[label], False))
+        elif kind == "h":
+            places.append(("hot notes", notes[label], True))
+        elif kind == "c":
+            places.append((f"cold C{client}", cold[(f"C{client}", label)], False))
+        elif kind == "d":
+            places += [("warm", warm[f"decision: {label}"], False), ("hot decisions", decisions[label], True)]
+        acked = label in ledger.acked
+        out.checked += int(acked)
+        for where, count, may_compress in places:
+            if count > 1:
+                out.duplicated.append(f"{label} x{count} in {where}")
+            elif count == 0 and acked:
+                if compressed_ok and may_compress and ledger.acked[label] in compressed:
+                    out.compressed += 1
+                else:
+                    out.lost.append(f"{label} missing from {where}")
+    return out
+
+
+def records_in_history(repo: Path | None) -> list[dict[str, Any]]:
+    """Every checkpoint record hot/context.json ever held in the snapshot history (one `git cat-file --batch`)."""
+    import json
+    import subprocess
+
+    if repo is None:
+        return []
+    env = {"PATH": os.environ.get("PATH", ""), "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+    base = ["git", f"--git-dir={repo}", "-c", f"safe.directory={repo}"]
+    revs = subprocess.run(
+        [*base, "rev-list", "--all", "--", "hot/context.json"], capture_output=True, env=env, timeout=60, check=False
+    ).stdout.split()
+    if not revs:
+        return []
+    batch = b"".join(rev + b":hot/context.json\n" for rev in revs)
+    out = subprocess.run(
+        [*base, "cat-file", "--batch"], input=batch, capture_output=True, env=env, timeout=120, check=False
+    ).stdout
+    records: dict[str, dict[str, Any]] = {}
+    pos = 0
+    while pos < len(out):
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        pos = end + 1
+        if len(header) < 3 or header[1] != b"blob":
+            continue
+        size = int(header[2])
+        blob, pos = out[pos : pos + size], pos + size + 1
+        try:
+            doc = json.loads(blob)
+        except ValueError:
+            continue
+        for record in doc.get("checkpoints") or [] if isinstance(doc, dict) else []:
+            if isinstance(record, dict):
+                records.setdefault(str(record.get("id")), record)
+    return list(records.values())
+
+
+def today_utc() -> date:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).date()
