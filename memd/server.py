@@ -31,7 +31,7 @@ from memd.handlers import Peer
 
 log = logging.getLogger(__name__)
 _PEERCRED = struct.Struct("3i")
-MAX_IN_FLIGHT_PER_CONNECTION = 256  # beyond this, stop reading from the client until responses drain
+MAX_IN_FLIGHT_PER_CONNECTION = 64  # beyond this, stop reading from the client until responses drain
 
 Dispatch = Callable[[Peer, protocol.Request], Awaitable[Any]]
 Authorize = Callable[[Peer], bool]

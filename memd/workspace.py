@@ -210,7 +210,11 @@ class Workspace:
         writes: list[fsio.FileWrite] = []
         warm_write = None
         if draft.warm:
-            warm_write = self.warm.plan_append(today, draft.warm_text)
+            try:
+                warm_write = self.warm.plan_append(today, draft.warm_text)
+            except OSError as exc:  # today's file is a symlink, a FIFO, unreadable: refuse, never follow
+                self._fail(accepted, exc)
+                return
             writes.append(warm_write)
         cold_write = self.cold.write_for(draft.cold) if draft.cold is not self.cold.text else None
         hot_write = self.hot.write_for(draft.hot) if draft.hot is not self.hot.doc else None
