@@ -7,12 +7,11 @@ Imports memd.fsio, memd.tokens, memd.errors and the cold format.
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 from memd import fsio
 from memd.errors import CorruptFile
-from memd.tiers import cold_format
+from memd.tiers import cold_format, read_tier_file
 from memd.tiers.cold_format import Learning
 from memd.tokens import TokenCounter
 
@@ -30,14 +29,9 @@ class ColdStore:
     def load(self) -> None:
         self.fingerprint = fsio.fingerprint(self.path)
         try:
-            if self.path.parent.is_symlink():
-                raise OSError(errno.ELOOP, "its directory is a symlink")
-            data = fsio.read_bytes(self.path)
-        except OSError as exc:
-            self.error = CorruptFile(
-                f"{self.path} cannot be read ({exc.strerror or exc}): memd reads and writes only regular files, "
-                "never through symlinks; replace it with a regular file"
-            )
+            data = read_tier_file(self.path)
+        except CorruptFile as exc:
+            self.error = exc
             return
         try:
             self.text = "" if data is None else data.decode("utf-8")

@@ -7,12 +7,11 @@ Imports memd.fsio, memd.tokens, memd.errors and the hot format.
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 from memd import fsio
 from memd.errors import CorruptFile
-from memd.tiers import hot_format
+from memd.tiers import hot_format, read_tier_file
 from memd.tiers.hot_format import HotDoc
 from memd.tokens import TokenCounter
 
@@ -32,14 +31,9 @@ class HotStore:
         fp = fsio.fingerprint(self.path)
         self.fingerprint = fp
         try:
-            if self.path.parent.is_symlink():
-                raise OSError(errno.ELOOP, "its directory is a symlink")
-            data = fsio.read_bytes(self.path)
-        except OSError as exc:
-            self.error = CorruptFile(
-                f"{self.path} cannot be read ({exc.strerror or exc}): memd reads and writes only regular files, "
-                "never through symlinks; replace it with a regular file"
-            )
+            data = read_tier_file(self.path)
+        except CorruptFile as exc:
+            self.error = exc
             return
         if data is None:
             self.exists = False
