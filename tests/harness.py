@@ -8,15 +8,29 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomli_w
 
 from memd.client import Client
 
 STARTUP_TIMEOUT = 20.0
+DEADLINE = 20.0  # generous: only ever reached when something is wrong
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = DEADLINE, interval: float = 0.02) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
 
 
 def write_config(path: Path, config: Mapping[str, Any]) -> Path:

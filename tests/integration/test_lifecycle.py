@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from harness import RunningDaemon, base_config, write_config
+from harness import RunningDaemon, base_config, wait_for, write_config
 
 from memd.client import Client
 from memd.errors import UnknownWorkspace
@@ -36,18 +36,6 @@ from memd.tiers.warm_format import parse_day
 T = TypeVar("T")
 DEADLINE = 20.0  # generous: only ever reached when something is wrong
 MakeDaemon = Callable[..., RunningDaemon]
-
-
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = DEADLINE, interval: float = 0.02) -> T:
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def wait_exit(proc: subprocess.Popen[Any], timeout: float = DEADLINE) -> int:

@@ -16,13 +16,12 @@ import socket
 import stat
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import RunningDaemon, base_config
+from harness import RunningDaemon, base_config, wait_for
 
 from memd.client import Client
 from memd.errors import ACCESS_DENIED, MemdError
@@ -35,15 +34,6 @@ MakeDaemon = Callable[..., RunningDaemon]
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def wait_for(probe: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def wait_exit(proc: subprocess.Popen[bytes] | None, timeout: float = DEADLINE) -> int:

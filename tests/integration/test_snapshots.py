@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from harness import RunningDaemon, base_config
+from harness import RunningDaemon, base_config, wait_for
 
 from memd.errors import InvalidParams, MemdError
 
@@ -41,18 +41,6 @@ EXPIRED_TEXT = "# Activity Log 2020-01-01\n\n### 09:00:00 - Old work\n```\nfile:
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
-
-
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = DEADLINE, interval: float = 0.05) -> T:
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def person_env() -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 from harness import RunningDaemon, base_config
+from harness import wait_for as _wait_for
 
 from memd.errors import CorruptFile
 from memd.tiers.warm_format import parse_day
@@ -31,22 +32,16 @@ from memd.tiers.warm_format import parse_day
 T = TypeVar("T")
 MakeDaemon = Callable[..., RunningDaemon]
 DEADLINE = 10.0  # generous: only ever reached when something is wrong
+
+
+def wait_for(probe: Any, what: str, timeout: float = DEADLINE) -> Any:
+    return _wait_for(probe, what, timeout)
+
+
 WATCH = {"settle_seconds": 0.05, "max_wait_seconds": 0.5}
 SWEEP_JOB = "sweep UTC 30 3 * * *"
 QUICK_SNAPSHOTS = {"settle_seconds": 0.1, "max_wait_seconds": 0.5}
 NO_SNAPSHOTS = {"enabled": False}
-
-
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = DEADLINE, interval: float = 0.02) -> T:
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def config_for(root: Path, watch: dict[str, Any] | None = None, **sections: Any) -> dict[str, Any]:
