@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from clocks import START, FixedClock
 
 from memd.checkpoint import MIN_ALLOTMENT, Checkpointer, CheckpointFailed, entry_key
 from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, WorkspaceConfig
@@ -28,17 +29,8 @@ from memd.tiers import hot_format
 from memd.tokens import TokenCounter
 from memd.workspace import Draft, Workspace
 
-START = datetime(2024, 3, 15, 9, 30, 0, tzinfo=UTC)
 BUDGET = BudgetConfig(hot=2000, warm=4000, cold=2000, model_window=20000)  # target 1000, recent window 400
 T = TypeVar("T")
-
-
-class FixedClock:
-    def __init__(self, now: datetime) -> None:
-        self.current = now
-
-    def now(self) -> datetime:
-        return self.current
 
 
 class Monotonic:
@@ -78,17 +70,6 @@ class Failing:
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         self.calls += 1
         raise CheckpointFailed("the endpoint is down")
-
-
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter.for_encoding("cl100k_base")
-
-
-@pytest.fixture
-def io() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-io") as executor:
-        yield executor
 
 
 @pytest.fixture

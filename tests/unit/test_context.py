@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clocks import START, FixedClock
 
 from memd.config import BudgetConfig, WorkspaceConfig
 from memd.context import build_context, render_cold, render_hot, render_warm
@@ -17,27 +18,6 @@ from memd.tiers import cold_format, hot_format
 from memd.tiers.warm_format import WarmEntry
 from memd.tokens import TokenCounter
 from memd.workspace import Draft, Workspace
-
-START = datetime(2024, 3, 15, 9, 30, 0, tzinfo=UTC)
-
-
-class FixedClock:
-    def __init__(self, now: datetime) -> None:
-        self.current = now
-
-    def now(self) -> datetime:
-        return self.current
-
-
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter.for_encoding("cl100k_base")
-
-
-@pytest.fixture
-def io() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-io") as executor:
-        yield executor
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import os
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -247,18 +246,6 @@ class FakeClock:
 
     def now(self) -> datetime:
         return self.instant
-
-
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter.for_encoding("cl100k_base")
-
-
-@pytest.fixture
-def io() -> Iterator[ThreadPoolExecutor]:
-    pool = ThreadPoolExecutor(max_workers=2)
-    yield pool
-    pool.shutdown(wait=True)
 
 
 def open_workspace(

@@ -17,12 +17,6 @@ from memd.tiers.cold_format import render_learning
 from memd.tiers.warm_format import WarmEntry, day_header, render_entry
 from memd.tokens import TierUsage, TokenCounter, load_encoding
 
-
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter.for_encoding("cl100k_base")
-
-
 # --- loading -------------------------------------------------------------------------------------------------
 
 OFFLINE_CHILD = r"""

@@ -7,13 +7,14 @@ import asyncio
 import errno
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clocks import START, FixedClock
 
 from memd import fsio
 from memd.config import BudgetConfig, WorkspaceConfig
@@ -21,27 +22,6 @@ from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
 from memd.tiers import cold_format, hot_format, warm_format
 from memd.tokens import TokenCounter
 from memd.workspace import Draft, Workspace
-
-START = datetime(2024, 3, 15, 9, 30, 0, tzinfo=UTC)
-
-
-class FixedClock:
-    def __init__(self, now: datetime) -> None:
-        self.current = now
-
-    def now(self) -> datetime:
-        return self.current
-
-
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter.for_encoding("cl100k_base")
-
-
-@pytest.fixture
-def io() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-io") as executor:
-        yield executor
 
 
 @pytest.fixture
