@@ -1,0 +1,111 @@
+"""How the `memd` command shows results to people: tables, usage bars, history lines. Imports nothing from memd."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def _bar(usage: dict[str, Any], width: int = 20) -> str:
+    percent = float(usage.get("percent", 0))
+    filled = min(width, round(width * percent / 100))
+    return f"[{'#' * filled}{'.' * (width - filled)}] {usage['tokens']:>7,}/{usage['budget']:<7,} {percent:5.1f}%"
+
+
+def human(cmd: str, result: Any) -> str:
+    """The readable form of a command's result (`--json` prints the result itself)."""
+    if cmd == "status":
+        lines = [
+            f"memd {result['version']}  pid {result['pid']}  up {result['uptime_seconds']:.0f}s",
+            f"socket {result['socket']}",
+            f"config {result['config']}  connections {result['connections']}",
+        ]
+        for name, ws in result["workspaces"].items():
+            lines.append(f"\n{name}  {ws['path']}")
+            for tier, usage in ws["usage"].items():
+                lines.append(f"  {tier:<5} {_bar(usage)}")
+            for tier, err in ws.get("file_errors", {}).items():
+                lines.append(f"  ! {tier}: {err}")
+            if ws.get("write_fault"):
+                lines.append(f"  ! last write error ({ws['last_write_error_at']}): {ws['last_write_error']}")
+        return "\n".join(lines)
+    if cmd == "context":
+        usage = "  ".join(f"{t} {u['tokens']}/{u['budget']}" for t, u in result["usage"].items())
+        return f"{result['text']}\n-- tokens: {usage}"
+    if cmd == "ping":
+        return f"pong (memd {result['version']})"
+    if cmd == "workspaces":
+        return "\n".join(f"{w['name']:<20} {w['path']}" for w in result["workspaces"])
+    if cmd == "start-session":
+        return (
+            str(result["context"]["text"])
+            + f"\n-- session {result['session_id']} ({'resumed' if result['resumed'] else 'new'})"
+        )
+    if cmd == "hot":
+        return str(result["rendered"])
+    if cmd == "memory":
+        return str(result["text"] or "(no relevant learnings)")
+    if cmd == "checkpoint":
+        r = result["checkpoint"]
+        return f"checkpoint {r['id']}: hot {r['tokens_before']} -> {r['tokens_after']} tokens ({r['backend']})"
+    if cmd == "checkpoints":
+        return (
+            "\n".join(
+                f"{r['id']}  {r['at']}  {r['tokens_before']} -> {r['tokens_after']}  {r['backend']}"
+                f"  pre {str(r['pre_commit'])[:10]}"
+                for r in result["checkpoints"]
+            )
+            or "(no checkpoints)"
+        )
+    if cmd == "checkpoint-show":
+        originals = "\n".join(
+            f"- [{e['kind']}] {e.get('text') or e.get('action', '')}" for e in result["original_entries"]
+        )
+        replaced = len(result["original_entries"])
+        return f"{result['summary']}\n-- replaced {replaced} entries:\n{originals}\n-- undo: {result['undo']}"
+    if cmd == "push":
+        push = (result.get("snapshot") or {}).get("push") or {}
+        return f"push: {result['result']}" + (f"\n{push['error']}" if push.get("error") else "")
+    if cmd == "history":
+        return (
+            "\n".join(
+                f"{c['rev'][:10]}  {c['time']}  {c['reason'] or c['subject']}"
+                + (f"  [{c['session']}]" if c["session"] else "")
+                + (f"  step: {c['step']}" if c["step"] else "")
+                for c in result["commits"]
+            )
+            or "(no snapshots yet)"
+        )
+    if cmd == "diff":
+        return str(result["diff"])
+    if cmd == "show":
+        return str(result["content"])
+    if cmd == "sweep":
+        return "\n".join(
+            f"{r['workspace']}: {'would remove' if r['dry_run'] else r['mode'] + 'd'} "
+            f"{', '.join(r['expired'] if r['dry_run'] else r['removed']) or 'nothing'}"
+            for r in result["results"]
+        )
+    if cmd == "recent":
+        return (
+            "\n".join(
+                f"{day['date']} {e['time']}  {e['action']}" + (f"  -> {e['result']}" if "result" in e else "")
+                for day in result["days"]
+                for e in day["entries"]
+            )
+            or "(no recent activity)"
+        )
+    if cmd == "day":
+        return (
+            "\n".join(
+                f"{e['time']}  {e['action']}" + (f"  -> {e['result']}" if "result" in e else "")
+                for e in result["entries"]
+            )
+            or "(no entries)"
+        )
+    if cmd == "reload":
+        return "reloaded" if result.get("reloaded") else "reload rejected:\n  " + "\n  ".join(result.get("errors", []))
+    if isinstance(result, dict) and "usage" in result:
+        usage = "  ".join(f"{t} {u['percent']}%" for t, u in result["usage"].items())
+        return f"ok  ({usage})"
+    return json.dumps(result, indent=2, ensure_ascii=False)
