@@ -334,7 +334,7 @@ def test_memds_own_writes_cause_no_adoption_and_no_work_after_idle(make_daemon: 
     previous: list[tuple[Any, ...]] = [snapshot()]
 
     def quiet() -> bool:
-        time.sleep(1.0)  # longer than watchdog holds a rename event (0.5 s) and than the snapshot settle time
+        time.sleep(1.0)  # longer than the debounce (max_wait 0.5 s) and than the snapshot settle time
         now = snapshot()
         settled = now == previous[0]
         previous[0] = now
