@@ -24,7 +24,7 @@ from memd import __version__, listen, notify
 from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
 from memd.errors import ConfigError, MemdError, StartupError
-from memd.handlers import Call, Peer, dispatch
+from memd.handlers import TASKLESS, Call, Peer, dispatch
 from memd.jobs import Jobs
 from memd.llm import OpenAISummarizer
 from memd.protocol import Request
@@ -169,7 +169,7 @@ class Daemon:
         self.jobs.start()
         self._schedule_jobs()
         self.listener = listen.listen(self.config.server, self.env)
-        self.server = Server(self._dispatch, self._authorize, _limits(self.config.server))
+        self.server = Server(self._dispatch, self._authorize, _limits(self.config.server), TASKLESS)
         await self.server.start(self.listener.sock)
         log.info(
             "memd %s listening on %s (%d workspaces)", __version__, self.listener.path, len(self.registry.workspaces)
@@ -309,7 +309,7 @@ class Daemon:
         if new.server.socket != old_server.socket and not self.listener.activated:
             listener = listen.listen(new.server, self.env, previous=self.listener.path)
             old = self.server
-            self.server = Server(self._dispatch, self._authorize, _limits(new.server))
+            self.server = Server(self._dispatch, self._authorize, _limits(new.server), TASKLESS)
             await self.server.start(listener.sock)
             old.stop_accepting()
             self.listener = listener

@@ -24,10 +24,12 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO someone planted must fail, not hang the writer
 
 
-def _require_regular(fd: int, path: Path) -> None:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+def _require_regular(fd: int, path: Path) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, f"{path} is not a regular file; memd only reads and writes regular files")
+    return st
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +119,8 @@ def durable_append(path: Path, data: bytes, mode: int = 0o644) -> Fingerprint:
         if exc.errno == errno.ENXIO:  # a FIFO with no reader
             raise OSError(errno.EINVAL, f"{path} is not a regular file; memd only writes regular files") from None
         raise
-    _require_regular(fd, path)
+    before = _require_regular(fd, path).st_size
     try:
-        before = os.fstat(fd).st_size
         try:
             _write_all(fd, data)
             os.fsync(fd)

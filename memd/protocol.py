@@ -45,7 +45,7 @@ class ProtocolError(MemdError):
 def parse_request(line: bytes) -> Request:
     try:
         # Strict UTF-8 first: json.loads would guess UTF-16/32 from raw bytes and accept encoded surrogates.
-        obj = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
+        obj = _DECODER.decode(line.decode("utf-8"))
     except UnicodeDecodeError:
         raise ProtocolError(PARSE_ERROR, "request is not valid UTF-8") from None
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
@@ -77,6 +77,13 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
 
 
+# Built once: json.loads/json.dumps with any option build a new decoder/encoder per call (LIMITS.md: per-request
+# Python overhead is what separates memd from the disk).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
 def _is_text(value: str) -> bool:
     try:
         value.encode("utf-8")
@@ -104,8 +111,8 @@ def encode_request(method: str, params: dict[str, Any], request_id: Any = _NO_ID
 
 
 def _dumps(obj: Any) -> bytes:
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = _ENCODER.encode(obj)
     try:
         return (text + "\n").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate echoed back (say, in an id): escape it, JSON allows that
-        return (json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False) + "\n").encode("ascii")
+        return (_ASCII_ENCODER.encode(obj) + "\n").encode("ascii")

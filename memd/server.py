@@ -2,7 +2,9 @@
 
 Built on asyncio's Protocol API (about half the per-request cost of streams, LIMITS.md). Each complete line is
 dispatched at once, so a client that pipelines writes lets them join one group commit; responses are still
-written in request order. Limits: a line over `max_request_bytes` gets -32003 and the connection is closed; a
+written in request order. Methods the daemon names "taskless" (handlers that only await futures, never a
+timeout or a lock that needs a Task) run without a Task: each Task costs two loop turns, and a single client
+pays every turn in latency. Limits: a line over `max_request_bytes` gets -32003 and the connection is closed; a
 partial line that stalls for `request_timeout_seconds`, or a connection idle for `idle_timeout_seconds`, is
 closed; connections over `max_connections` get -32004 and are closed. One connection's failure never touches
 another. Imports memd.handlers, memd.protocol and memd.errors.
@@ -15,7 +17,7 @@ import logging
 import socket
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 _PEERCRED = struct.Struct("3i")
 MAX_IN_FLIGHT_PER_CONNECTION = 64  # beyond this, stop reading from the client until responses drain
 
-Dispatch = Callable[[Peer, protocol.Request], Awaitable[Any]]
+Dispatch = Callable[[Peer, protocol.Request], Coroutine[Any, Any, Any]]
 Authorize = Callable[[Peer], bool]
 
 
@@ -76,10 +78,13 @@ def _supplementary_groups(pid: int) -> tuple[int, ...]:
 
 
 class Server:
-    def __init__(self, dispatch: Dispatch, authorize: Authorize, limits: Limits) -> None:
+    def __init__(
+        self, dispatch: Dispatch, authorize: Authorize, limits: Limits, taskless: frozenset[str] = frozenset()
+    ) -> None:
         self.dispatch = dispatch
         self.authorize = authorize
         self.limits = limits
+        self.taskless = taskless  # methods whose handlers await nothing but futures: run without a Task
         self.connections: set[Connection] = set()
         self.stats = {"accepted": 0, "refused": 0, "denied": 0, "requests": 0, "errors": 0}
         self._server: asyncio.AbstractServer | None = None
@@ -118,13 +123,27 @@ class Server:
             await self._server.wait_closed()
 
 
+class _Reply:
+    """One response slot, in request order: bytes to send, None for a notification, unset while pending."""
+
+    __slots__ = ("done", "payload")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.payload: bytes | None = None
+
+    def set(self, payload: bytes | None) -> None:
+        self.payload = payload
+        self.done = True
+
+
 class Connection(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.peer = Peer(0, -1, -1)
         self.buffer = bytearray()
-        self.responses: deque[asyncio.Future[bytes | None]] = deque()
+        self.responses: deque[_Reply] = deque()
         self.in_flight = 0
         self.closing = False
         self.last_active = 0.0
@@ -239,25 +258,52 @@ class Connection(asyncio.Protocol):
 
     def _handle_line(self, line: bytes) -> None:
         self.server.stats["requests"] += 1
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bytes | None] = loop.create_future()
-        self.responses.append(future)
+        reply = _Reply()
+        self.responses.append(reply)
         self.in_flight += 1
         try:
             request = protocol.parse_request(line)
         except protocol.ProtocolError as exc:
             self.server.stats["errors"] += 1
-            future.set_result(protocol.encode_error(exc.request_id, exc.code, exc.message))
+            reply.set(protocol.encode_error(exc.request_id, exc.code, exc.message))
             self._flush()
             return
-        task = loop.create_task(self._run(request))
-        task.add_done_callback(lambda t: self._finish(future, request, t))
+        coro = self.server.dispatch(self.peer, request)
+        if request.method in self.server.taskless:
+            self._step(reply, request, coro)
+        else:
+            task = asyncio.get_running_loop().create_task(coro)
+            task.add_done_callback(lambda t: self._finish_task(reply, request, t))
 
-    async def _run(self, request: protocol.Request) -> Any:
-        return await self.server.dispatch(self.peer, request)
+    def _step(self, reply: _Reply, request: protocol.Request, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run a handler without a Task: up to its next await now, the rest when the awaited future is done.
+        A read answers within the loop turn that received it; a write costs no loop turns beyond the writer's."""
+        try:
+            awaited = coro.send(None)
+        except StopIteration as stop:
+            self._finish(reply, request, stop.value, None)
+            return
+        except (Exception, asyncio.CancelledError) as exc:
+            self._finish(reply, request, None, exc)
+            return
+        if getattr(awaited, "_asyncio_future_blocking", False):  # what `await future` yields, as a Task sees it
+            awaited._asyncio_future_blocking = False
+            awaited.add_done_callback(lambda _: self._step(reply, request, coro))
+        elif awaited is None:  # a bare yield (asyncio.sleep(0)): resume on the next loop turn
+            asyncio.get_running_loop().call_soon(self._step, reply, request, coro)
+        else:
+            coro.close()
+            error = RuntimeError(f"{request.method} awaited {awaited!r}, which only a Task can drive")
+            self._finish(reply, request, None, error)
 
-    def _finish(self, future: asyncio.Future[bytes | None], request: protocol.Request, task: asyncio.Task[Any]) -> None:
-        exc = None if task.cancelled() else task.exception()
+    def _finish_task(self, reply: _Reply, request: protocol.Request, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self._finish(reply, request, None, asyncio.CancelledError())
+        else:
+            exc = task.exception()
+            self._finish(reply, request, None if exc is not None else task.result(), exc)
+
+    def _finish(self, reply: _Reply, request: protocol.Request, result: Any, exc: BaseException | None) -> None:
         if exc is not None:
             self.server.stats["errors"] += 1
             if not isinstance(exc, MemdError):
@@ -265,27 +311,27 @@ class Connection(asyncio.Protocol):
         if request.is_notification:  # no response, whatever happened; failures are only logged
             if isinstance(exc, MemdError):
                 log.info("notification %s failed: %s", request.method, exc.message)
-            future.set_result(None)
-        elif task.cancelled():
-            future.set_result(protocol.encode_error(request.id, INTERNAL_ERROR, "request cancelled"))
+            reply.set(None)
+        elif isinstance(exc, asyncio.CancelledError):
+            reply.set(protocol.encode_error(request.id, INTERNAL_ERROR, "request cancelled"))
         elif isinstance(exc, MemdError):
-            future.set_result(protocol.encode_error(request.id, exc.code, exc.message, exc.data))
+            reply.set(protocol.encode_error(request.id, exc.code, exc.message, exc.data))
         elif exc is not None:
             message = f"internal error: {type(exc).__name__}: {exc} (see the daemon log)"
-            future.set_result(protocol.encode_error(request.id, INTERNAL_ERROR, message))
+            reply.set(protocol.encode_error(request.id, INTERNAL_ERROR, message))
         else:
             try:
-                future.set_result(protocol.encode_result(request.id, task.result()))
+                reply.set(protocol.encode_result(request.id, result))
             except (TypeError, ValueError, UnicodeError) as err:
                 log.error("result of %s not serialisable: %s", request.method, err)
-                future.set_result(protocol.encode_error(request.id, INTERNAL_ERROR, f"result not serialisable: {err}"))
+                reply.set(protocol.encode_error(request.id, INTERNAL_ERROR, f"result not serialisable: {err}"))
         self._flush()
 
     def _flush(self) -> None:
         """Write every finished response at the head of the queue (responses keep request order)."""
         out: list[bytes] = []
-        while self.responses and self.responses[0].done():
-            payload = self.responses.popleft().result()
+        while self.responses and self.responses[0].done:
+            payload = self.responses.popleft().payload
             self.in_flight -= 1
             if payload is not None:
                 out.append(payload)
@@ -332,14 +378,14 @@ class Connection(asyncio.Protocol):
         if self.transport is None:
             return
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[bytes | None] = loop.create_future()
-        future.set_result(protocol.encode_error(None, code, message))
-        self.responses.append(future)
+        reply = _Reply()
+        reply.set(protocol.encode_error(None, code, message))
+        self.responses.append(reply)
         self.in_flight += 1
         self.transport.pause_reading()
 
         def close_when_answered() -> None:
-            if not all(f.done() for f in self.responses):
+            if not all(r.done for r in self.responses):
                 loop.call_later(0.01, close_when_answered)
                 return
             self._flush()

@@ -8,7 +8,7 @@ write fails, every request of the batch gets a StorageError and the in-memory st
 
 Before a batch, each file it may rewrite is checked against what memd last saw (size, mtime, inode): a file
 changed by someone else is re-read first and the edits are applied on top of it (contract 2).
-Imports the tiers, memd.retention, memd.fsio, memd.tokens, memd.config and memd.errors.
+Imports the tiers, memd.retention, memd.fsio, memd.tokens, memd.exclusive, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import asyncio
 import errno
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 from memd import fsio, retention
 from memd.config import WorkspaceConfig
 from memd.errors import Busy, MemdError, ShuttingDown, StorageError
+from memd.exclusive import ExclusiveLock
 from memd.tiers import cold_format, warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_format import HotDoc
@@ -49,23 +50,29 @@ class Clock(Protocol):
 
 @dataclass
 class Draft:
-    """What one batch will write. Edits replace `hot`/`cold` with new values; warm entries accumulate."""
+    """What one batch will write. Edits replace the hot document and the cold text with new values; warm entries
+    accumulate. A tier is re-checked against its file (one stat) the first time an edit touches it, so a batch that
+    only logs does not look at hot/ or cold/ at all."""
 
-    hot: HotDoc
-    cold: str
     now: datetime
     local: datetime
+    _hot_store: HotStore
+    _cold_store: ColdStore
     warm: list[WarmEntry] = field(default_factory=list)
     warm_text: list[str] = field(default_factory=list)
-    _hot_store: HotStore | None = None
-    _cold_store: ColdStore | None = None
+    hot: HotDoc | None = None  # None: no edit touched the hot tier
+    cold: str | None = None  # None: no edit touched the cold tier
 
     def set_hot(self, doc: HotDoc) -> None:
         self.hot = doc
 
     def edit_hot(self) -> HotDoc:
         """The current draft hot document, after checking that the hot file is writable (not corrupt)."""
-        if self._hot_store is not None:
+        if self.hot is None:
+            self._hot_store.refresh()
+            self._hot_store.require_valid()
+            self.hot = self._hot_store.doc
+        else:
             self._hot_store.require_valid()
         return self.hot
 
@@ -78,7 +85,11 @@ class Draft:
         return entry
 
     def learn(self, category: str, text: str) -> str:
-        if self._cold_store is not None:
+        if self.cold is None:
+            self._cold_store.refresh()
+            self._cold_store.require_valid()
+            self.cold = self._cold_store.text
+        else:
             self._cold_store.require_valid()
         day = self.local.date().isoformat()
         self.cold = cold_format.insert_learning(self.cold, category, day, text)
@@ -126,8 +137,9 @@ class Workspace:
         self._queue: list[tuple[Edit[Any], asyncio.Future[Any]]] = []
         self.before_destructive: Callable[[Workspace, str], Awaitable[None]] | None = None
         self.last_sweep: dict[str, Any] = {}
-        self._exclusive = asyncio.Lock()  # a batch, or a sweep: never both at once
-        self._writer: asyncio.Task[None] | None = None
+        self._exclusive = ExclusiveLock()  # a batch, or a sweep: never both at once
+        self._batching = False  # a batch is waiting for the lock, being planned or being written
+        self._idle_waiters: list[asyncio.Future[None]] = []
         self._in_flight = False
         self._closing = False
 
@@ -153,8 +165,10 @@ class Workspace:
     async def close(self) -> None:
         """Stop taking writes and wait until every queued one is durable or failed."""
         self._closing = True
-        if self._writer is not None:
-            await asyncio.shield(self._writer)
+        while self._batching:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(waiter)
+            await asyncio.shield(waiter)
 
     @property
     def pending(self) -> int:
@@ -170,30 +184,62 @@ class Workspace:
             raise Busy(f"workspace {self.name!r} has {len(self._queue)} writes queued; retry shortly")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.append((edit, future))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._drain(), name=f"writer:{self.name}")
+        if not self._batching:  # formed on the next loop turn: writes arriving together share one fsync
+            self._batching = True
+            asyncio.get_running_loop().call_soon(self._exclusive.acquire_then, self._begin_batch)
         return await future
 
-    async def _drain(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue, []
-            try:
-                async with self._exclusive:
-                    await self._commit(batch)
-            except Exception as exc:  # a bug: fail the batch loudly rather than hang its clients
-                log.exception("workspace %s: batch failed unexpectedly", self.name)
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
+    # The writer is a chain of loop callbacks, not a Task: _begin_batch (under the lock: edits, plan, hand the
+    # I/O to a worker thread) -> _written (called from the worker through call_soon_threadsafe: publish,
+    # acknowledge) -> the next batch at once, formed from everything that queued meanwhile. A single client's
+    # write costs one thread hand-off each way and one loop turn of its own.
 
-    async def _commit(self, batch: list[tuple[Edit[Any], asyncio.Future[Any]]]) -> None:
+    def _begin_batch(self) -> None:
+        batch, self._queue = self._queue, []
+        try:
+            plan = self._plan(batch)
+        except Exception as exc:  # a bug: fail the batch loudly rather than hang its clients
+            log.exception("workspace %s: batch failed unexpectedly", self.name)
+            _fail_futures((f for _, f in batch), exc)
+            self._end_batch()
+            return
+        if plan is None:
+            self._end_batch()
+        elif not plan.writes:
+            self._acknowledge(plan, frozenset())
+            self._end_batch()
+        else:
+            self._in_flight = True
+            loop = asyncio.get_running_loop()
+            try:
+                done = self._io.submit(_apply_writes, self.root, plan.writes)
+            except RuntimeError as exc:  # the executor is shut down: the daemon is stopping
+                self._in_flight = False
+                _fail_futures(
+                    (f for _, f in batch), ShuttingDown(f"memd is shutting down ({exc}); nothing was written")
+                )
+                self._end_batch()
+                return
+            done.add_done_callback(lambda d: _call_in_loop(loop, self._written, plan, d))
+            self._count_while_writing(plan)
+
+    def _count_while_writing(self, plan: _Batch) -> None:
+        """Token counts of what is being written, taken while the worker waits on the disk, not after (tiktoken
+        lets go of the GIL, so the worker is not held up). A count that fails here is taken again on publish."""
+        try:
+            if plan.warm_write is not None:
+                plan.warm_tokens = self.warm.count_append(plan.warm_write)
+            if plan.hot_write is not None and plan.draft.hot is not None:
+                plan.hot_tokens = self.hot.count(plan.draft.hot)
+        except Exception:
+            log.exception("workspace %s: counting tokens ahead failed", self.name)
+
+    def _plan(self, batch: list[tuple[Edit[Any], asyncio.Future[Any]]]) -> _Batch | None:
+        """Apply each request's edit to a draft and turn the draft into file writes. None: the batch failed."""
         now = self.clock.now()
         local = now.astimezone(self.tz)
         today = local.date()
-        self.hot.refresh()
-        self.cold.refresh()
-        self.warm.refresh_day(today)
-        draft = Draft(self.hot.doc, self.cold.text, now, local, _hot_store=self.hot, _cold_store=self.cold)
+        draft = Draft(now, local, self.hot, self.cold)
         accepted: list[tuple[asyncio.Future[Any], Any]] = []
         for edit, future in batch:
             if future.cancelled():
@@ -207,61 +253,73 @@ class Workspace:
                 if not isinstance(exc, MemdError):
                     log.exception("workspace %s: an edit failed", self.name)
                 future.set_exception(exc)
-        writes: list[fsio.FileWrite] = []
-        warm_write = None
+        plan = _Batch(draft, today, accepted)
         if draft.warm:
             try:
-                warm_write = self.warm.plan_append(today, draft.warm_text)
+                self.warm.refresh_day(today)
+                plan.warm_write = self.warm.plan_append(today, draft.warm_text)
             except OSError as exc:  # today's file is a symlink, a FIFO, unreadable: refuse, never follow
                 self._fail(accepted, exc)
-                return
-            writes.append(warm_write)
-        cold_write = self.cold.write_for(draft.cold) if draft.cold is not self.cold.text else None
-        hot_write = self.hot.write_for(draft.hot) if draft.hot is not self.hot.doc else None
-        writes += [w for w in (cold_write, hot_write) if w is not None]
-        if writes:
-            self._in_flight = True
-            try:
-                fps = await asyncio.get_running_loop().run_in_executor(self._io, _apply_writes, self.root, writes)
-            except OSError as exc:
-                self._fail(accepted, exc)
-                return
-            finally:
-                self._in_flight = False
-            changed = self._publish(draft, today, writes, fps, warm_write, cold_write, hot_write)
+                return None
+        if draft.cold is not None and draft.cold is not self.cold.text:
+            plan.cold_write = self.cold.write_for(draft.cold)
+        if draft.hot is not None and draft.hot is not self.hot.doc:
+            plan.hot_write = self.hot.write_for(draft.hot)
+        plan.writes = [w for w in (plan.warm_write, plan.cold_write, plan.hot_write) if w is not None]
+        return plan
+
+    def _written(self, plan: _Batch, done: Future[list[fsio.Fingerprint]]) -> None:
+        self._in_flight = False
+        try:
+            fps = done.result()
+        except OSError as exc:
+            self._fail(plan.accepted, exc)
+        except Exception as exc:
+            log.exception("workspace %s: batch failed unexpectedly", self.name)
+            _fail_futures((f for f, _ in plan.accepted), exc)
+        else:
+            changed = self._publish(plan, fps)
             if self.health.write_fault:
                 self.health.write_fault = False
                 log.info("workspace %s: writes succeed again", self.name)
-        else:
-            changed = frozenset()
+            self._acknowledge(plan, changed)
+        finally:
+            self._end_batch()
+
+    def _acknowledge(self, plan: _Batch, changed: frozenset[str]) -> None:
         self.health.batches += 1
-        self.health.writes += len(accepted)
-        for future, result in accepted:
+        self.health.writes += len(plan.accepted)
+        for future, result in plan.accepted:
             if not future.done():
                 future.set_result(result)
         if changed and self.on_commit is not None:
             self.on_commit(self, changed)
 
-    def _publish(
-        self,
-        draft: Draft,
-        today: date,
-        writes: list[fsio.FileWrite],
-        fps: list[fsio.Fingerprint],
-        warm_write: fsio.FileWrite | None,
-        cold_write: fsio.FileWrite | None,
-        hot_write: fsio.FileWrite | None,
-    ) -> frozenset[str]:
-        by_write = dict(zip((id(w) for w in writes), fps, strict=True))
-        changed: set[str] = set()
-        if warm_write is not None:
-            self.warm.commit_append(today, by_write[id(warm_write)], warm_write, draft.warm)
+    def _end_batch(self) -> None:
+        self._exclusive.release()
+        if self._queue:
+            self._exclusive.acquire_then(self._begin_batch)
+            return
+        self._batching = False
+        idle, self._idle_waiters = self._idle_waiters, []
+        for waiter in idle:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _publish(self, plan: _Batch, fps: list[fsio.Fingerprint]) -> frozenset[str]:
+        by_write = dict(zip((id(w) for w in plan.writes), fps, strict=True))
+        draft, changed = plan.draft, set()
+        if plan.warm_write is not None:
+            fp = by_write[id(plan.warm_write)]
+            tokens = self.warm.count_append(plan.warm_write) if plan.warm_tokens is None else plan.warm_tokens
+            self.warm.commit_append(plan.today, fp, plan.warm_write, draft.warm, tokens)
             changed.add("warm")
-        if cold_write is not None:
-            self.cold.commit(draft.cold, by_write[id(cold_write)])
+        if plan.cold_write is not None and draft.cold is not None:
+            self.cold.commit(draft.cold, by_write[id(plan.cold_write)])
             changed.add("cold")
-        if hot_write is not None:
-            self.hot.commit(draft.hot, by_write[id(hot_write)], self.hot.count(draft.hot))
+        if plan.hot_write is not None and draft.hot is not None:
+            tokens = self.hot.count(draft.hot) if plan.hot_tokens is None else plan.hot_tokens
+            self.hot.commit(draft.hot, by_write[id(plan.hot_write)], tokens)
             changed.add("hot")
         return frozenset(changed)
 
@@ -275,12 +333,10 @@ class Workspace:
         log.error("%s", message)
         # What reached the disk before the failure is re-read on the next batch (fingerprints differ).
         self.hot.fingerprint = self.cold.fingerprint = None
-        for future, _ in accepted:
-            if not future.done():
-                future.set_exception(StorageError(message, data={"errno": exc.errno}))
+        _fail_futures((f for f, _ in accepted), StorageError(message, data={"errno": exc.errno}))
 
     @property
-    def exclusive(self) -> asyncio.Lock:
+    def exclusive(self) -> ExclusiveLock:
         """Held while a batch is written; hold it to see (or change) the files with no batch half-way through."""
         return self._exclusive
 
@@ -386,6 +442,35 @@ class Workspace:
         return self._usage_cache[1]
 
 
+@dataclass
+class _Batch:
+    """One batch between planning and acknowledgement: the draft, the accepted requests and the file writes."""
+
+    draft: Draft
+    today: date
+    accepted: list[tuple[asyncio.Future[Any], Any]]
+    warm_write: fsio.FileWrite | None = None
+    cold_write: fsio.FileWrite | None = None
+    hot_write: fsio.FileWrite | None = None
+    writes: list[fsio.FileWrite] = field(default_factory=list)
+    warm_tokens: int | None = None  # counted while the write is in flight
+    hot_tokens: int | None = None
+
+
+def _fail_futures(futures: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(exc)
+
+
+def _call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """From a worker thread: run fn(*args) on the loop. A closed loop means the daemon is gone; nothing waits."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        log.warning("a batch finished after the event loop closed; its requests were never acknowledged")
+
+
 def _regular_files(base: Path) -> list[Path]:
     """Regular files under `base`, never descending into symlinked directories."""
     found: list[Path] = []
@@ -399,12 +484,19 @@ def _regular_files(base: Path) -> list[Path]:
 
 def _apply_writes(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
     """Runs in a worker thread. A tier directory someone removed is made again (the workspace root never is:
-    a removed workspace stays removed), so one `rm -r warm` does not fail every later write."""
+    a removed workspace stays removed), so one `rm -r warm` does not fail every later write. Looked at only
+    after a write failed, so the common case pays no extra stat; only the failed write is tried again."""
+    fps: list[fsio.Fingerprint] = []
     for write in writes:
-        tier_dir = write.path.parent
-        if not tier_dir.exists() and not tier_dir.is_symlink() and root.is_dir():
+        try:
+            fps += fsio.apply_writes([write])
+        except FileNotFoundError:
+            tier_dir = write.path.parent
+            if os.path.lexists(tier_dir) or not root.is_dir():
+                raise
             fsio.ensure_dir(tier_dir)
-    return fsio.apply_writes(writes)
+            fps += fsio.apply_writes([write])
+    return fps
 
 
 def _replace_tree(root: Path, files: dict[str, bytes], paths: list[str]) -> list[str]:

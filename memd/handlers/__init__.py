@@ -39,7 +39,7 @@ from memd.handlers.memory import (
     warm_recent,
 )
 
-__all__ = ["METHODS", "Call", "Peer", "Services", "dispatch"]
+__all__ = ["METHODS", "TASKLESS", "Call", "Peer", "Services", "dispatch"]
 
 METHODS: dict[str, tuple[Handler, Access]] = {
     "ping": (ping, "public"),
@@ -68,6 +68,27 @@ METHODS: dict[str, tuple[Handler, Access]] = {
     "checkpoint.list": (checkpoint_list, "read"),
     "checkpoint.show": (checkpoint_show, "read"),
 }
+
+# Handlers that await nothing but Workspace.write (or nothing at all): the server may run them without a Task.
+# One that awaits a lock, a timeout, git or the summarizer does not belong here.
+TASKLESS = frozenset(
+    {
+        "ping",
+        "status",
+        "workspace.list",
+        "session.start",
+        "progress.update",
+        "decision.record",
+        "hot.note",
+        "hot.get",
+        "warm.log",
+        "warm.recent",
+        "warm.day",
+        "cold.learn",
+        "cold.get",
+        "context.get",
+    }
+)
 
 
 async def dispatch(call: Call, method: str, params: Mapping[str, Any]) -> Any:

@@ -111,12 +111,15 @@ class WarmStore:
     def _ends_with_newline(self, day: date, size: int) -> bool:
         return fsio.last_byte(self.path_for(day), size) == b"\n"
 
+    def count_append(self, write: fsio.FileWrite) -> int:
+        """The tokens an append adds (the workspace counts while the disk is busy with it)."""
+        return self._counter.count(write.data.decode("utf-8"))
+
     def commit_append(
-        self, day: date, fp: fsio.Fingerprint, write: fsio.FileWrite, entries: Sequence[WarmEntry]
-    ) -> int:
-        """Record a durable append; returns the tokens it added."""
+        self, day: date, fp: fsio.Fingerprint, write: fsio.FileWrite, entries: Sequence[WarmEntry], added: int
+    ) -> None:
+        """Record a durable append that added `added` tokens."""
         known = self.days.setdefault(day, DayFile(None, tokens=0))
-        added = self._counter.count(write.data.decode("utf-8"))
         if known.tokens is not None:
             known.tokens += added
         if known.entries is not None:
@@ -124,7 +127,6 @@ class WarmStore:
         known.fingerprint = fp
         known.ends_with_newline = write.data.endswith(b"\n")
         self.version += 1
-        return added
 
     def tokens_for(self, day: date) -> int:
         known = self.days.get(day)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from clocks import START, FixedClock
 
-from memd import fsio
+from memd import fsio, workspace
 from memd.config import BudgetConfig, WorkspaceConfig
 from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
 from memd.tiers import cold_format, hot_format, warm_format
@@ -159,13 +159,13 @@ def test_writes_that_arrive_while_a_batch_is_made_durable_form_the_next_batch(
 
 def test_a_batch_writes_each_file_once(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     batches: list[list[fsio.FileWrite]] = []
-    real_apply = fsio.apply_writes
+    real_apply = workspace._apply_writes
 
-    def recording_apply(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    def recording_apply(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
         batches.append(list(writes))
-        return real_apply(writes)
+        return real_apply(root, writes)
 
-    monkeypatch.setattr("memd.workspace.fsio.apply_writes", recording_apply)
+    monkeypatch.setattr("memd.workspace._apply_writes", recording_apply)
 
     run(*(note(f"n{i}") for i in range(20)), *(learn("Testing", f"l{i}") for i in range(5)), log("x"), ws=ws)
 
@@ -199,6 +199,24 @@ def test_close_waits_for_queued_writes_and_refuses_new_ones(ws: Workspace) -> No
     assert len(results) == 5
     assert isinstance(refused, ShuttingDown)
     assert len(warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))) == 5
+
+
+def test_writes_wait_while_a_sweep_or_snapshot_holds_the_writer_then_land_in_order(ws: Workspace) -> None:
+    async def go() -> tuple[int, list[Any]]:
+        async with ws.exclusive:  # what snapshots and sweeps hold to see the files with no batch half-way
+            queued = [asyncio.ensure_future(ws.write(log(f"e{i}"))) for i in range(5)]
+            for _ in range(5):
+                await asyncio.sleep(0)
+            done_while_held = sum(q.done() for q in queued)
+        return done_while_held, list(await asyncio.gather(*queued))
+
+    done_while_held, results = asyncio.run(go())
+
+    assert done_while_held == 0
+    assert len(results) == 5
+    entries = warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))
+    assert [e.action for e in entries] == [f"e{i}" for i in range(5)]
+    assert ws.health.batches == 1
 
 
 # --- a failed disk write -------------------------------------------------------------------------------------
@@ -247,11 +265,13 @@ def test_a_write_failing_half_way_through_a_batch_is_not_acknowledged_and_the_di
     run(note("first"), ws=ws)
     real_apply = fsio.apply_writes
 
-    def fail_after_first(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
-        real_apply(writes[:1])  # the warm append reaches the disk, then the hot replace fails
-        raise OSError(errno.EIO, "Input/output error", str(writes[1].path))
+    def fail_the_replace(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+        replaces = [w for w in writes if not w.append]  # the warm append reaches the disk, the hot replace fails
+        if replaces:
+            raise OSError(errno.EIO, "Input/output error", str(replaces[0].path))
+        return real_apply(writes)
 
-    monkeypatch.setattr("memd.workspace.fsio.apply_writes", fail_after_first)
+    monkeypatch.setattr("memd.workspace.fsio.apply_writes", fail_the_replace)
 
     results = run(log("entry"), note("second"), ws=ws)
 

@@ -1,0 +1,121 @@
+"""The server runs "taskless" methods without a Task and still answers every request, in request order.
+
+A real Unix socket and a real asyncio server; the dispatcher is a stand-in so each way a handler can end
+(return at once, await a future, fail, yield bare) is exercised on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from memd import protocol
+from memd.errors import INTERNAL_ERROR, INVALID_PARAMS, InvalidParams
+from memd.handlers import Peer
+from memd.server import Limits, Server
+
+TASKLESS = frozenset({"now", "later", "fails", "bug", "yields", "current_task"})
+LIMITS = Limits(max_request_bytes=65536, max_connections=16, idle_timeout=60.0, request_timeout=10.0)
+
+
+class Stand:
+    """The dispatcher: one behaviour per method; `later` waits for `release`."""
+
+    def __init__(self) -> None:
+        self.release: asyncio.Future[str] | None = None
+        self.tasks_seen: list[bool] = []
+
+    async def dispatch(self, peer: Peer, request: protocol.Request) -> Any:
+        method = request.method
+        if method == "now":
+            return {"n": request.params.get("n")}
+        if method == "later":
+            assert self.release is not None
+            return {"released": await self.release, "n": request.params.get("n")}
+        if method == "fails":
+            raise InvalidParams("parameter 'x' is wrong", data={"param": "x"})
+        if method == "bug":
+            raise ValueError("a bug")
+        if method == "yields":
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            return "after two bare yields"
+        if method == "current_task":
+            return asyncio.current_task() is not None
+        if method == "task_method":  # not taskless: runs in a Task
+            await asyncio.sleep(0.01)
+            return asyncio.current_task() is not None
+        raise AssertionError(method)
+
+
+def exchange(lines: list[dict[str, Any]], stand: Stand, release_after: float | None = None) -> list[dict[str, Any]]:
+    async def go() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        stand.release = loop.create_future()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "s.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            server = Server(stand.dispatch, lambda peer: True, LIMITS, TASKLESS)
+            await server.start(listener)
+            reader, writer = await asyncio.open_unix_connection(path)
+            writer.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+            await writer.drain()
+            if release_after is not None:
+                loop.call_later(release_after, stand.release.set_result, "yes")
+            answers = [json.loads(await asyncio.wait_for(reader.readline(), 10)) for _ in lines]
+            writer.close()
+            server.stop_accepting()
+            await server.drain(1.0)
+            return answers
+
+    return asyncio.run(go())
+
+
+def call(method: str, request_id: int, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def test_pipelined_taskless_requests_are_answered_in_request_order_even_when_later_ones_finish_first() -> None:
+    lines = [call("later", 1, n=1), call("now", 2, n=2), call("task_method", 3), call("later", 4, n=4)]
+
+    answers = exchange(lines, Stand(), release_after=0.05)
+
+    assert [a["id"] for a in answers] == [1, 2, 3, 4]
+    assert answers[0]["result"] == {"released": "yes", "n": 1}
+    assert answers[1]["result"] == {"n": 2}
+    assert answers[2]["result"] is True  # a method outside the taskless set still gets its Task
+    assert answers[3]["result"] == {"released": "yes", "n": 4}
+
+
+def test_a_taskless_handler_that_fails_gets_its_error_and_the_connection_goes_on() -> None:
+    answers = exchange([call("fails", 1), call("bug", 2), call("now", 3, n=3)], Stand())
+
+    assert answers[0]["error"]["code"] == INVALID_PARAMS
+    assert answers[0]["error"]["data"] == {"param": "x"}
+    assert answers[1]["error"]["code"] == INTERNAL_ERROR
+    assert "ValueError: a bug" in answers[1]["error"]["message"]
+    assert answers[2]["result"] == {"n": 3}
+
+
+def test_a_taskless_handler_may_yield_bare_and_is_resumed() -> None:
+    answers = exchange([call("yields", 1)], Stand())
+
+    assert answers[0]["result"] == "after two bare yields"
+
+
+def test_a_taskless_handler_really_runs_without_a_task() -> None:
+    answers = exchange([call("current_task", 1)], Stand())
+
+    assert answers[0]["result"] is False
+
+
+def test_the_daemons_taskless_methods_are_all_real_methods() -> None:
+    from memd import handlers
+
+    assert handlers.TASKLESS.issubset(handlers.METHODS)
+    assert "checkpoint.run" not in handlers.TASKLESS  # awaits the summarizer under a deadline: needs a Task
