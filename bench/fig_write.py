@@ -78,6 +78,12 @@ def warm_load(d: Daemon, clients: int, duration: float, seen: list[Observed] | N
     return result
 
 
+def ping_load(d: Daemon, clients: int, duration: float) -> LoadResult:
+    result = run_load("rpc", clients, duration, {"socket": d.socket_path, "templates": [rpc_templates("ping", {})]})
+    _check_errors(result)
+    return result
+
+
 def describe(seen: list[Observed]) -> str:
     cpu = sorted(o.cpu_percent for o in seen)[len(seen) // 2]
     batch = sorted(o.batch for o in seen)[len(seen) // 2]
@@ -110,6 +116,7 @@ def fig1_warm_one_client(s: Settings) -> list[Row]:
     raw: list[LoadResult] = []
     sql: list[LoadResult] = []
     floor: list[LoadResult] = []
+    ping: list[LoadResult] = []
     floor_server = FloorServer(str(socket_dir() / "floor.sock"), str(root / "floor.log"), entry_bytes())
     floor_args = {"socket": floor_server.path, "templates": [rpc_templates("warm.log", warm_params())]}
     try:
@@ -117,6 +124,7 @@ def fig1_warm_one_client(s: Settings) -> list[Row]:
             seen: list[Observed] = []
             for _ in range(s.reps):
                 memd.append(warm_load(d, 1, s.duration, seen))
+                ping.append(ping_load(d, 1, s.duration))
                 raw.append(_raw_append(root, s.duration))
                 floor.append(run_load("rpc", 1, s.duration, floor_args))
                 sql.append(_sqlite(root, 1, s.duration))
@@ -132,6 +140,8 @@ def fig1_warm_one_client(s: Settings) -> list[Row]:
             _rates(raw), note="what any socket daemon can reach here; memd / floor is memd's own overhead"),
         Row("1", "memd warm.log, 1 client vs socket floor", "/s", _rates(memd), "socket floor", _rates(floor)),
         Row("1", "socket floor, 1 client: p50", "ms", _pct(floor, 50), "memd p50", _pct(memd, 50)),
+        Row("1", "memd ping (no disk, no work), 1 client: p50", "ms", _pct(ping, 50), "raw append+fsync p50",
+            _pct(raw, 50), note="memd's request round trip without a write: what the write path adds to fsync"),
         Row("1", "memd warm.log, 1 client vs SQLite", "/s", _rates(memd), "SQLite WAL FULL, 1 writer", _rates(sql)),
         Row("1", "SQLite WAL FULL, 1 writer: p50", "ms", _pct(sql, 50), "p99", _pct(sql, 99), compare=False),
     ]  # fmt: skip
@@ -150,13 +160,14 @@ def _pct(results: list[LoadResult], q: float) -> list[float]:
 
 def fig2_warm_concurrent(s: Settings) -> list[Row]:
     root = fresh_dir("fig2")
-    runs: dict[str, list[LoadResult]] = {k: [] for k in ("m1", "m4", "m16", "s1", "s16")}
+    runs: dict[str, list[LoadResult]] = {k: [] for k in ("m1", "m4", "m16", "s1", "s16", "p16")}
     seen: dict[int, list[Observed]] = {1: [], 4: [], 16: []}
     with Daemon(root, base_config(root, {WS: root / "ws"})).start() as d:
         for _ in range(s.reps):
             runs["m1"].append(warm_load(d, 1, s.duration, seen[1]))
             runs["m4"].append(warm_load(d, 4, s.duration, seen[4]))
             runs["m16"].append(warm_load(d, 16, s.duration, seen[16]))
+            runs["p16"].append(ping_load(d, 16, s.duration))
             runs["s1"].append(_sqlite(root, 1, s.duration))
             runs["s16"].append(_sqlite(root, 16, s.duration))
     m1, m4, m16, s1, s16 = (runs[k] for k in ("m1", "m4", "m16", "s1", "s16"))
@@ -172,6 +183,8 @@ def fig2_warm_concurrent(s: Settings) -> list[Row]:
         Row("2", "memd 16 clients vs SQLite 16 writers (fairness)", "/s", _rates(m16), "SQLite WAL FULL, 16 writers",
             _rates(s16)),
         Row("2", "SQLite WAL FULL, 16 writers: p99", "ms", _pct(s16, 99)),
+        Row("2", "memd ping (no disk, no work), 16 clients", "/s", _rates(runs["p16"]), "SQLite WAL FULL, 1 writer",
+            _rates(s1), note="the most any method can reach through this server with 16 client processes here"),
     ]  # fmt: skip
 
 

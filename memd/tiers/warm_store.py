@@ -35,6 +35,7 @@ class WarmStore:
         self._counter = counter
         self.days: dict[date, DayFile] = {}
         self.version = 0  # bumped on every change, so derived figures (usage) can be cached
+        self._last_path: tuple[date | None, Path] = (None, directory)
 
     def scan(self) -> bool:
         """Sync the day list with the directory (stat only; unchanged files are not read). True if anything changed."""
@@ -94,7 +95,9 @@ class WarmStore:
         self.version += 1
 
     def path_for(self, day: date) -> Path:
-        return self.directory / warm_format.day_filename(day)
+        if self._last_path[0] != day:  # every batch asks for today's path twice; pathlib joins are not free
+            self._last_path = (day, self.directory / warm_format.day_filename(day))
+        return self._last_path[1]
 
     def plan_append(self, day: date, rendered: Sequence[str]) -> fsio.FileWrite:
         known = self.days.get(day)
