@@ -34,6 +34,9 @@ from memd.handlers import Peer
 log = logging.getLogger(__name__)
 _PEERCRED = struct.Struct("3i")
 MAX_IN_FLIGHT_PER_CONNECTION = 64  # beyond this, stop reading from the client until responses drain
+# Lines one connection dispatches per loop turn. A taskless read is answered at once and never counts as in
+# flight, so without this one client pipelining heavy reads would hold the loop for the whole chunk it sent.
+MAX_LINES_PER_TURN = MAX_IN_FLIGHT_PER_CONNECTION
 
 Dispatch = Callable[[Peer, protocol.Request], Coroutine[Any, Any, Any]]
 Authorize = Callable[[Peer], bool]
@@ -151,6 +154,7 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._writes_blocked = False  # the client is not reading its responses
         self._processing = False
+        self._continuing = False  # a loop turn is booked for lines this connection could not dispatch yet
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
@@ -183,8 +187,10 @@ class Connection(asyncio.Protocol):
         self._process_buffer()
 
     def _process_buffer(self) -> None:
-        """Dispatch the complete lines in the buffer, at most MAX_IN_FLIGHT_PER_CONNECTION at a time: a client that
-        pipelines without reading waits (reading paused, lines kept) instead of growing memd's memory."""
+        """Dispatch the complete lines in the buffer: at most MAX_LINES_PER_TURN per loop turn, none while
+        MAX_IN_FLIGHT_PER_CONNECTION are unanswered or while the client is not reading its answers. Lines that
+        must wait stay in the buffer with reading paused, so a client that pipelines without reading waits
+        instead of growing memd's memory or holding up other clients."""
         if self._processing:  # re-entered through an immediate answer's flush: the running loop carries on
             return
         self._processing = True
@@ -192,12 +198,14 @@ class Connection(asyncio.Protocol):
             self._process_lines()
         finally:
             self._processing = False
+        self._update_reading()
 
     def _process_lines(self) -> None:
         buffer = self.buffer
         limit = self.server.limits.max_request_bytes
         start = 0
-        while self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION and not self.closing:
+        budget = MAX_LINES_PER_TURN
+        while budget and self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION and not self._writes_blocked:
             end = buffer.find(b"\n", start)
             if end < 0:
                 break
@@ -207,21 +215,23 @@ class Connection(asyncio.Protocol):
             line = bytes(buffer[start:end])
             start = end + 1
             if line.strip():
+                budget -= 1
                 self._handle_line(line)
-        if self.closing:
-            return
+                if self.closing:
+                    return
         if start:
             del buffer[:start]
-        if self.in_flight >= MAX_IN_FLIGHT_PER_CONNECTION and self.transport is not None and not self._paused:
-            self._paused = True
-            self.transport.pause_reading()
-        if buffer.find(b"\n") < 0 and len(buffer) > limit:
+        if not budget and not self._continuing and b"\n" in buffer:  # the rest on a later turn, after the others
+            self._continuing = True
+            asyncio.get_running_loop().call_soon(self._continue)
+        lines_wait = b"\n" in buffer
+        if not lines_wait and len(buffer) > limit:
             self._too_large()
             return
         now = asyncio.get_running_loop().time()
         if start:
             self.last_active = now
-        if not buffer:
+        if not buffer or lines_wait:  # complete lines waiting for their turn are not a stalled request
             self.partial_since = 0.0
         elif start or not self.partial_since:
             self.partial_since = now  # a new partial line began: it has request_timeout to complete
@@ -246,9 +256,7 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:  # the client does not read its responses: stop reading its requests
         self._writes_blocked = True
-        if self.transport is not None and not self._paused:
-            self._paused = True
-            self.transport.pause_reading()
+        self._update_reading()
 
     def resume_writing(self) -> None:  # asyncio calls this once, when the buffer drained below its low mark
         self._writes_blocked = False
@@ -341,16 +349,37 @@ class Connection(asyncio.Protocol):
         self._maybe_resume()
 
     def _maybe_resume(self) -> None:
+        """After answers were sent or writing resumed: dispatch lines that had to wait, or read again."""
         if (
-            self._paused
+            b"\n" in self.buffer
+            and not self._continuing
             and not self._writes_blocked
-            and self.transport is not None
-            and self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION // 2
+            and self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION
+            and not self.closing
         ):
+            self._process_buffer()  # it updates reading itself (and returns at once when re-entered)
+        else:
+            self._update_reading()
+
+    def _continue(self) -> None:
+        self._continuing = False
+        if not self.closing:
+            self._process_buffer()
+
+    def _update_reading(self) -> None:
+        """Read from the client only while memd can take its requests: its answers drain, fewer than
+        MAX_IN_FLIGHT_PER_CONNECTION are unanswered (reading resumes below half of that) and no complete line
+        waits in the buffer."""
+        transport = self.transport
+        if transport is None or self.closing:
+            return
+        waiting = self._writes_blocked or self.in_flight >= MAX_IN_FLIGHT_PER_CONNECTION or b"\n" in self.buffer
+        if waiting and not self._paused:
+            self._paused = True
+            transport.pause_reading()
+        elif not waiting and self._paused and self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION // 2:
             self._paused = False
-            self.transport.resume_reading()
-        if b"\n" in self.buffer and self.in_flight < MAX_IN_FLIGHT_PER_CONNECTION and not self.closing:
-            self._process_buffer()  # lines that arrived while this connection was at its in-flight limit
+            transport.resume_reading()
 
     # --- limits ---------------------------------------------------------------------------------------------
 

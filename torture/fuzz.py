@@ -399,7 +399,7 @@ def _check_response(raw: bytes, kind: str, line: bytes, rid: Any, findings: Find
 def _is_strict_json(line: bytes) -> bool:
     try:
         _strict_loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nesting deeper than any parser here takes
         return False
     return True
 

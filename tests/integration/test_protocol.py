@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import RunningDaemon, base_config
+from harness import RunningDaemon, base_config, wait_for
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -181,6 +181,32 @@ def test_fifty_pipelined_requests_get_fifty_responses_in_request_order(connect: 
             assert resp["result"]["pong"] is True
         else:
             assert resp["result"]["entry"]["action"] == req["params"]["action"]
+
+
+def test_a_client_pipelining_large_reads_without_reading_is_held_at_its_answers_and_then_gets_them_all(
+    connect: Connect, memd: RunningDaemon
+) -> None:
+    for i in range(40):  # about 40 kB of context per answer
+        memd.call("warm.log", workspace="alpha", action=f"bulk {i}", result="lorem ipsum dolor sit amet " * 34)
+    before = memd.call("status")["server"]["requests"]
+    hog = connect(memd)
+    hog.send(*(request("context.get", i, workspace="alpha") for i in range(300)))  # 300 lines: one read for memd
+
+    def dispatched() -> int:
+        return int(memd.call("status")["server"]["requests"]) - before
+
+    seen: list[int] = []
+
+    def settled() -> bool:  # status calls count too: one per poll
+        seen.append(dispatched() - len(seen) - 1)
+        return len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]
+
+    wait_for(settled, "memd to stop dispatching the client's requests", interval=0.05)
+
+    assert seen[-1] < 100  # held by its unread answers, not the 300 it sent (64 in flight is the documented cap)
+    answers = hog.read_many(300)
+    assert [a["id"] for a in answers] == list(range(300))
+    assert all("result" in a for a in answers)
 
 
 def test_a_request_sent_byte_by_byte_is_answered_once_complete(connect: Connect, memd: RunningDaemon) -> None:

@@ -10,13 +10,14 @@ import asyncio
 import json
 import socket
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from memd import protocol
 from memd.errors import INTERNAL_ERROR, INVALID_PARAMS, InvalidParams
 from memd.handlers import Peer
-from memd.server import Limits, Server
+from memd.server import MAX_LINES_PER_TURN, Limits, Server
 
 TASKLESS = frozenset({"now", "later", "fails", "bug", "yields", "current_task"})
 LIMITS = Limits(max_request_bytes=65536, max_connections=16, idle_timeout=60.0, request_timeout=10.0)
@@ -27,9 +28,15 @@ class Stand:
 
     def __init__(self) -> None:
         self.release: asyncio.Future[str] | None = None
-        self.tasks_seen: list[bool] = []
+        self.turn = 0  # advanced once per loop turn by `tick`
+        self.turns: list[int] = []  # the turn each request was dispatched in
+
+    def tick(self) -> None:
+        self.turn += 1
+        asyncio.get_running_loop().call_soon(self.tick)
 
     async def dispatch(self, peer: Peer, request: protocol.Request) -> Any:
+        self.turns.append(self.turn)
         method = request.method
         if method == "now":
             return {"n": request.params.get("n")}
@@ -56,6 +63,7 @@ def exchange(lines: list[dict[str, Any]], stand: Stand, release_after: float | N
     async def go() -> list[dict[str, Any]]:
         loop = asyncio.get_running_loop()
         stand.release = loop.create_future()
+        loop.call_soon(stand.tick)
         with tempfile.TemporaryDirectory() as tmp:
             path = str(Path(tmp) / "s.sock")
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -100,6 +108,16 @@ def test_a_taskless_handler_that_fails_gets_its_error_and_the_connection_goes_on
     assert answers[1]["error"]["code"] == INTERNAL_ERROR
     assert "ValueError: a bug" in answers[1]["error"]["message"]
     assert answers[2]["result"] == {"n": 3}
+
+
+def test_one_connection_dispatches_at_most_a_turns_worth_of_lines_before_others_get_the_loop() -> None:
+    stand = Stand()
+    answers = exchange([call("now", i, n=i) for i in range(300)], stand)  # one write: one chunk for memd
+
+    assert [a["result"]["n"] for a in answers] == list(range(300))
+    per_turn = Counter(stand.turns)
+    assert max(per_turn.values()) <= MAX_LINES_PER_TURN
+    assert len(per_turn) >= 300 // MAX_LINES_PER_TURN
 
 
 def test_a_taskless_handler_may_yield_bare_and_is_resumed() -> None:
