@@ -312,7 +312,7 @@ class Connection(asyncio.Protocol):
             self._finish(reply, request, None if exc is not None else task.result(), exc)
 
     def _finish(self, reply: _Reply, request: protocol.Request, result: Any, exc: BaseException | None) -> None:
-        if exc is not None:
+        if exc is not None and not isinstance(exc, asyncio.CancelledError):  # cancelled: the daemon is stopping
             self.server.stats["errors"] += 1
             if not isinstance(exc, MemdError):
                 log.error("internal error in %s", request.method, exc_info=exc)

@@ -200,14 +200,13 @@ def peers(ctx: Context, report: Report, root: Path) -> None:
         supplementary = "result" in ((res.get("answers") or [{}])[0])
         rows.append(
             f"allowed gid: primary gid admitted, other gid refused, supplementary group "
-            f"{'ADMITTED' if supplementary else 'refused'}"
+            f"{'admitted' if supplementary else 'REFUSED'}"
         )
-        if supplementary:
-            report.notes.append(
-                "a peer whose allowed gid is only a supplementary group is admitted (memd/server.py reads "
-                "/proc/<pid>/status Groups:), while docs/protocol.md section 1 and config.example.toml say "
-                "supplementary groups are not consulted: code and contract disagree"
-            )
+        report.check(  # docs/protocol.md section 1: a supplementary group counts (SO_PEERGROUPS)
+            supplementary,
+            f"uid {NOBODY} with gid {NOBODY} only as a supplementary group was refused, although "
+            f"docs/protocol.md section 1 and config.example.toml say supplementary groups count: {res}",
+        )
         # the modes after a crash and a reload, as configured
         d.kill9()
         d.start()
