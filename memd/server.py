@@ -7,7 +7,7 @@ timeout or a lock that needs a Task) run without a Task: each Task costs two loo
 pays every turn in latency. Limits: a line over `max_request_bytes` gets -32003 and the connection is closed; a
 partial line that stalls for `request_timeout_seconds`, or a connection idle for `idle_timeout_seconds`, is
 closed; connections over `max_connections` get -32004 and are closed. One connection's failure never touches
-another. Imports memd.handlers, memd.protocol and memd.errors.
+another. Imports memd.peercred, memd.handlers, memd.protocol and memd.errors.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import struct
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -30,9 +29,9 @@ from memd.errors import (
     MemdError,
 )
 from memd.handlers import Peer
+from memd.peercred import peer_of
 
 log = logging.getLogger(__name__)
-_PEERCRED = struct.Struct("3i")
 MAX_IN_FLIGHT_PER_CONNECTION = 64  # beyond this, stop reading from the client until responses drain
 # Lines one connection dispatches per loop turn. A taskless read is answered at once and never counts as in
 # flight, so without this one client pipelining heavy reads would hold the loop for the whole chunk it sent.
@@ -48,36 +47,6 @@ class Limits:
     max_connections: int
     idle_timeout: float
     request_timeout: float
-
-
-def peer_of(sock: socket.socket) -> Peer:
-    pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-    return Peer(pid=pid, uid=uid, gid=gid, groups=peer_groups(sock, pid))
-
-
-_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; Python 3.11 does not name it
-_GID = struct.Struct("I")
-
-
-def peer_groups(sock: socket.socket, pid: int) -> tuple[int, ...]:
-    """SO_PEERCRED gives only the primary gid; a user added to memd's group has it as a supplementary one.
-    SO_PEERGROUPS asks the kernel (works under ProtectProc=invisible); /proc is the fallback."""
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, _GID.size * 1024)
-        return tuple(g for (g,) in _GID.iter_unpack(raw[: len(raw) - len(raw) % _GID.size]))
-    except OSError:
-        return _supplementary_groups(pid)
-
-
-def _supplementary_groups(pid: int) -> tuple[int, ...]:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("Groups:"):
-                    return tuple(int(g) for g in line.split()[1:])
-    except (OSError, ValueError):
-        pass
-    return ()
 
 
 class Server:
