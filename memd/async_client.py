@@ -49,12 +49,11 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._reading is not None:
-            self._reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reading
-            self._reading = None
+        reading = self._reading
         self._drop_connection(errors.Unavailable("the client was closed before memd answered"))
+        if reading is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
 
     async def call(self, method: str, **params: Any) -> Any:
         """Send one request and return its result (raises MemdError on an error response)."""
@@ -86,6 +85,12 @@ class AsyncClient:
                     await asyncio.get_running_loop().sock_sendall(sock, data)
             except OSError as exc:  # the connection was dropped under this call (closed, or memd went away)
                 raise errors.Unavailable(f"sending to memd failed: {exc}; call again to reconnect") from None
+            except BaseException:
+                # Cancelled or timed out part-way through a line: the next request would be glued onto that half
+                # line, so this connection is done. Its pending calls fail now; the next call connects again.
+                if self._sock is sock:
+                    self._drop_connection(errors.Unavailable("a request was cut off while being sent; reconnect"))
+                raise
 
     async def _connect(self) -> socket.socket:
         async with self._connecting:
@@ -113,8 +118,17 @@ class AsyncClient:
             return sock
 
     async def _read_answers(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
         reason: MemdError = errors.Unavailable("memd closed the connection before answering (see its log)")
+        try:
+            reason = await self._read_until_closed(sock, reason)
+        except Exception as exc:  # never leave a connection without its reader: every call on it would time out
+            reason = errors.Unavailable(f"reading memd's answers failed: {type(exc).__name__}: {exc}")
+        finally:
+            if self._sock is sock:
+                self._drop_connection(reason)
+
+    async def _read_until_closed(self, sock: socket.socket, reason: MemdError) -> MemdError:
+        loop = asyncio.get_running_loop()
         buffer = bytearray()
         while True:
             try:
@@ -136,8 +150,7 @@ class AsyncClient:
                 refusal = self._answer(line)
                 if refusal is not None:
                     reason = refusal
-        if self._sock is sock:
-            self._drop_connection(reason)
+        return reason
 
     def _answer(self, line: bytes | bytearray) -> MemdError | None:
         """Hand one answer line to its call. Returns the error of a line that answers no call (a refusal)."""
@@ -165,7 +178,15 @@ class AsyncClient:
     def _drop_connection(self, reason: MemdError) -> None:
         """Forget the connection (the next call connects again) and fail what it still owed."""
         sock, self._sock = self._sock, None
+        reading, self._reading = self._reading, None
+        if reading is not None and reading is not asyncio.current_task():
+            reading.cancel()
         if sock is not None:
+            # The loop still watches this fd for a pending recv (or a cut-off send); the next connection may get
+            # the same fd number, so stop watching it now, not when those cancelled futures get round to it.
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(sock.fileno())
+            loop.remove_writer(sock.fileno())
             sock.close()
         pending, self._pending = self._pending, {}
         for future in pending.values():

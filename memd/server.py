@@ -353,8 +353,8 @@ class Connection(asyncio.Protocol):
     # --- limits ---------------------------------------------------------------------------------------------
 
     def close_if_expired(self, now: float) -> None:
-        if self.in_flight or self.closing:  # the daemon owes this client answers; its silence is not its fault
-            return
+        if self.in_flight or self.closing or b"\n" in self.buffer:
+            return  # the daemon owes this client answers (lines waiting count): its silence is not its fault
         limits = self.server.limits
         if self.buffer and self.partial_since:
             expired = now - self.partial_since > limits.request_timeout

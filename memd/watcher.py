@@ -164,16 +164,17 @@ class Watcher:
         self._fd = fd
 
     def stop(self) -> None:
-        self._running = False
+        with self._lock:  # after this no thread starts a poller (see _poll)
+            self._running = False
+            poller, self._poller = self._poller, None
         fd, self._fd = self._fd, None
         if fd is not None:
             fd.stop()  # closes the inotify fd (and with it every watch) and wakes the reader
             fd.join(timeout=5)
-        if self._poller is not None:
-            self._poller.stop()
-            if self._poller.is_alive():
-                self._poller.join(timeout=5)
-            self._poller = None
+        if poller is not None:
+            poller.stop()
+            if poller.is_alive():
+                poller.join(timeout=5)
         with self._lock:
             self._keys.clear()
             self._by_wd.clear()
@@ -355,11 +356,15 @@ class Watcher:
                 self._fd.remove_callbacks(callbacks)
 
     def _poll(self, key: _Key, path: Path, recursive: bool) -> None:
-        if self._poller is None:
-            self._poller = PollingObserver(timeout=self._polling_interval)
-            self._poller.daemon = True
-            self._poller.start()
-        watch = self._poller.schedule(_Polled(self, key), str(path), recursive=recursive)
+        with self._lock:  # called from the loop and from the reader thread (a directory made under a tier)
+            if not self._running:
+                return
+            if self._poller is None:
+                self._poller = PollingObserver(timeout=self._polling_interval)
+                self._poller.daemon = True
+                self._poller.start()
+            poller = self._poller
+        watch = poller.schedule(_Polled(self, key), str(path), recursive=recursive)
         with self._lock:
             current = self._keys.get(key.root) is key
             if current:

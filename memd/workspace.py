@@ -140,7 +140,7 @@ class Workspace:
         self._exclusive = ExclusiveLock()  # a batch, or a sweep: never both at once
         self._batching = False  # a batch is waiting for the lock, being planned or being written
         self._idle_waiters: list[asyncio.Future[None]] = []
-        self._in_flight = False
+        self._in_flight: _Batch | None = None  # the batch whose files a worker is writing right now
         self._closing = False
 
     # --- lifecycle ------------------------------------------------------------------------------------------
@@ -198,10 +198,12 @@ class Workspace:
         batch, self._queue = self._queue, []
         try:
             plan = self._plan(batch)
-        except Exception as exc:  # a bug: fail the batch loudly rather than hang its clients
+        except BaseException as exc:  # a bug: fail the batch loudly rather than hang its clients (and the writer)
             log.exception("workspace %s: batch failed unexpectedly", self.name)
-            _fail_futures((f for _, f in batch), exc)
+            _fail_futures((f for _, f in batch), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
             self._end_batch()
+            if not isinstance(exc, Exception | asyncio.CancelledError):
+                raise
             return
         if plan is None:
             self._end_batch()
@@ -209,12 +211,12 @@ class Workspace:
             self._acknowledge(plan, frozenset())
             self._end_batch()
         else:
-            self._in_flight = True
+            self._in_flight = plan
             loop = asyncio.get_running_loop()
             try:
                 done = self._io.submit(_apply_writes, self.root, plan.writes)
             except RuntimeError as exc:  # the executor is shut down: the daemon is stopping
-                self._in_flight = False
+                self._in_flight = None
                 _fail_futures(
                     (f for _, f in batch), ShuttingDown(f"memd is shutting down ({exc}); nothing was written")
                 )
@@ -269,20 +271,22 @@ class Workspace:
         return plan
 
     def _written(self, plan: _Batch, done: Future[list[fsio.Fingerprint]]) -> None:
-        self._in_flight = False
+        self._in_flight = None
         try:
-            fps = done.result()
-        except OSError as exc:
-            self._fail(plan.accepted, exc)
-        except Exception as exc:
-            log.exception("workspace %s: batch failed unexpectedly", self.name)
-            _fail_futures((f for f, _ in plan.accepted), exc)
-        else:
+            try:
+                fps = done.result()
+            except OSError as exc:
+                self._fail(plan.accepted, exc)
+                return
             changed = self._publish(plan, fps)
             if self.health.write_fault:
                 self.health.write_fault = False
                 log.info("workspace %s: writes succeed again", self.name)
             self._acknowledge(plan, changed)
+        except (Exception, asyncio.CancelledError) as exc:  # a bug, or a cancelled worker: never hang the clients
+            log.exception("workspace %s: batch failed unexpectedly", self.name)
+            failure = exc if isinstance(exc, Exception) else ShuttingDown("memd is shutting down; nothing was written")
+            _fail_futures((f for f, _ in plan.accepted), failure)
         finally:
             self._end_batch()
 
@@ -399,15 +403,15 @@ class Workspace:
     # --- reads ----------------------------------------------------------------------------------------------
 
     def refresh(self) -> set[str]:
-        """Adopt outside changes before a read. Skipped while a batch is in flight (it re-checks itself)."""
-        if self._in_flight:
-            return set()
+        """Adopt outside changes before a read. A file that a worker is writing right now is left alone (its new
+        fingerprint is memd's own, not yet published; the next batch that touches it checks it again)."""
+        writing = self._in_flight
         changed = set()
-        if self.hot.refresh():
+        if (writing is None or writing.hot_write is None) and self.hot.refresh():
             changed.add("hot")
-        if self.warm.scan():
+        if self.warm.scan(skip=writing.today if writing is not None and writing.warm_write is not None else None):
             changed.add("warm")
-        if self.cold.refresh():
+        if (writing is None or writing.cold_write is None) and self.cold.refresh():
             changed.add("cold")
         return changed
 

@@ -37,8 +37,9 @@ class WarmStore:
         self.version = 0  # bumped on every change, so derived figures (usage) can be cached
         self._last_path: tuple[date | None, Path] = (None, directory)
 
-    def scan(self) -> bool:
-        """Sync the day list with the directory (stat only; unchanged files are not read). True if anything changed."""
+    def scan(self, skip: date | None = None) -> bool:
+        """Sync the day list with the directory (stat only; unchanged files are not read). True if anything changed.
+        `skip`: a day whose file memd is appending to right now, left as it is known."""
         seen: dict[date, fsio.Fingerprint] = {}
         try:
             with os.scandir(self.directory) as it:
@@ -53,10 +54,12 @@ class WarmStore:
             pass
         changed = False
         for day in list(self.days):
-            if day not in seen:
+            if day not in seen and day != skip:
                 del self.days[day]
                 changed = True
         for day, fp in seen.items():
+            if day == skip:
+                continue
             known = self.days.get(day)
             if known is None:
                 self.days[day] = DayFile(fp)

@@ -219,6 +219,55 @@ def test_writes_wait_while_a_sweep_or_snapshot_holds_the_writer_then_land_in_ord
     assert ws.health.batches == 1
 
 
+def test_an_outside_hot_edit_is_seen_by_reads_while_a_log_only_batch_is_being_written(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(note("before"), log("day file exists"), ws=ws)
+    entered, release = threading.Event(), threading.Event()
+    real_apply = fsio.apply_writes
+
+    def slow_apply(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+        done = real_apply(writes)  # on disk, not yet published: today's file differs from what memd knows
+        entered.set()
+        assert release.wait(10)
+        return done
+
+    monkeypatch.setattr("memd.workspace.fsio.apply_writes", slow_apply)
+
+    async def go() -> tuple[set[str], set[str]]:
+        writing = asyncio.ensure_future(ws.write(log("in flight")))
+        assert await asyncio.to_thread(entered.wait, 10)  # the append is in the worker thread
+        doc = json.loads(context_json(ws).read_bytes())
+        doc["current_step"] = "edited by hand"
+        fsio.atomic_replace(context_json(ws), json.dumps(doc).encode())
+        seen = ws.refresh()  # what a read does first
+        release.set()
+        await writing
+        return seen, ws.refresh()
+
+    seen_during, seen_after = asyncio.run(go())
+
+    assert seen_during == {"hot"}  # the hot edit at once; today's warm file, being appended to, left alone
+    assert ws.hot.doc["current_step"] == "edited by hand"
+    assert seen_after == set()  # memd's own append is not mistaken for an outside change afterwards
+    assert ws.usage()["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
+
+
+def test_a_batch_that_fails_while_publishing_fails_its_requests_and_the_writer_goes_on(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_commit(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug in publishing")
+
+    monkeypatch.setattr(ws.warm, "commit_append", broken_commit)
+    failed = run(log("first"), log("second"), ws=ws)
+    monkeypatch.undo()
+    after = run(log("third"), ws=ws)
+
+    assert all(isinstance(r, RuntimeError) for r in failed)  # answered, not left hanging
+    assert not isinstance(after[0], BaseException)
+
+
 # --- a failed disk write -------------------------------------------------------------------------------------
 
 
