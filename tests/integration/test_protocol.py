@@ -562,6 +562,21 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(
     assert connect(daemon).call("ping", 2)["result"]["pong"] is True
 
 
+def test_a_client_that_is_slow_to_read_its_answers_is_not_closed_as_idle_while_answers_are_owed(
+    connect: Connect, make_daemon: Callable[..., RunningDaemon], short_root: Path
+) -> None:
+    daemon = make_daemon("owed", config=base_config(short_root / "owed", server={"idle_timeout_seconds": 0.5}))
+    for i in range(40):  # about 40 kB of context per answer: a few fill the socket, the rest wait in memd
+        daemon.call("warm.log", workspace="alpha", action=f"bulk {i}", result="lorem ipsum dolor sit amet " * 34)
+    slow = connect(daemon)
+    slow.send(*(request("context.get", i, workspace="alpha") for i in range(100)))
+
+    _pause(2.0)  # four idle timeouts without reading a byte
+
+    answers = slow.read_many(100)
+    assert [a["id"] for a in answers] == list(range(100))
+
+
 def _accepted_connection(connect: Connect, daemon: RunningDaemon, deadline_seconds: float = CLOSE_WAIT) -> Wire:
     """A connection that answered a ping; retried while the daemon still counts connections closing elsewhere."""
     for _ in range(int(deadline_seconds / 0.05)):
