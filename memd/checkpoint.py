@@ -24,13 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from memd.batch import Draft
 from memd.config import CheckpointConfig
 from memd.errors import Busy, CheckpointFailed, MemdError, NotFound
 from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, Summarizer, SummaryRequest, SummaryResult
 from memd.tiers import hot_format
 from memd.tiers.hot_format import HotDoc
-from memd.workspace import Draft, Workspace
+from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
 RECORDS_KEPT = 10  # records kept in hot/context.json; every one is also in git history and warm

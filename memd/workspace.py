@@ -8,30 +8,28 @@ write fails, every request of the batch gets a StorageError and the in-memory st
 
 Before a batch, each file it may rewrite is checked against what memd last saw (size, mtime, inode): a file
 changed by someone else is re-read first and the edits are applied on top of it (contract 2).
-Imports the tiers, memd.retention, memd.fsio, memd.tokens, memd.exclusive, memd.config and memd.errors.
+Imports memd.batch (the draft, the plan, the worker side), the tiers, memd.retention, memd.fsio, memd.tokens,
+memd.exclusive, memd.config and memd.errors.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 from memd import fsio, retention
+from memd.batch import Batch, Draft, Edit, apply_writes, call_in_loop, fail_futures, replace_tree
 from memd.config import WorkspaceConfig
 from memd.errors import Busy, MemdError, ShuttingDown, StorageError
 from memd.exclusive import ExclusiveLock
-from memd.tiers import cold_format, warm_format
+from memd.tiers import warm_format
 from memd.tiers.cold_store import ColdStore
-from memd.tiers.hot_format import HotDoc
 from memd.tiers.hot_store import HotStore
 from memd.tiers.warm_format import WarmEntry
 from memd.tiers.warm_store import WarmStore
@@ -46,57 +44,6 @@ class Clock(Protocol):
     def now(self) -> datetime:
         """The current time, timezone-aware."""
         ...
-
-
-@dataclass
-class Draft:
-    """What one batch will write. Edits replace the hot document and the cold text with new values; warm entries
-    accumulate. A tier is re-checked against its file (one stat) the first time an edit touches it, so a batch that
-    only logs does not look at hot/ or cold/ at all."""
-
-    now: datetime
-    local: datetime
-    _hot_store: HotStore
-    _cold_store: ColdStore
-    warm: list[WarmEntry] = field(default_factory=list)
-    warm_text: list[str] = field(default_factory=list)
-    hot: HotDoc | None = None  # None: no edit touched the hot tier
-    cold: str | None = None  # None: no edit touched the cold tier
-
-    def set_hot(self, doc: HotDoc) -> None:
-        self.hot = doc
-
-    def edit_hot(self) -> HotDoc:
-        """The current draft hot document, after checking that the hot file is writable (not corrupt)."""
-        if self.hot is None:
-            self._hot_store.refresh()
-            self._hot_store.require_valid()
-            self.hot = self._hot_store.doc
-        else:
-            self._hot_store.require_valid()
-        return self.hot
-
-    def log(self, action: str, details: tuple[tuple[str, str], ...] = (), result: str | None = None) -> WarmEntry:
-        entry = WarmEntry(time=self.local.strftime("%H:%M:%S"), action=action, details=details, result=result)
-        rendered = warm_format.render_entry(entry)
-        rendered.encode("utf-8")  # fail this request now, not the whole batch later
-        self.warm.append(entry)
-        self.warm_text.append(rendered)
-        return entry
-
-    def learn(self, category: str, text: str) -> str:
-        if self.cold is None:
-            self._cold_store.refresh()
-            self._cold_store.require_valid()
-            self.cold = self._cold_store.text
-        else:
-            self._cold_store.require_valid()
-        day = self.local.date().isoformat()
-        self.cold = cold_format.insert_learning(self.cold, category, day, text)
-        return day
-
-
-Edit = Callable[[Draft], T]
 
 
 @dataclass
@@ -140,7 +87,7 @@ class Workspace:
         self._exclusive = ExclusiveLock()  # a batch, or a sweep: never both at once
         self._batching = False  # a batch is waiting for the lock, being planned or being written
         self._idle_waiters: list[asyncio.Future[None]] = []
-        self._in_flight: _Batch | None = None  # the batch whose files a worker is writing right now
+        self._in_flight: Batch | None = None  # the batch whose files a worker is writing right now
         self._closing = False
 
     # --- lifecycle ------------------------------------------------------------------------------------------
@@ -200,7 +147,7 @@ class Workspace:
             plan = self._plan(batch)
         except BaseException as exc:  # a bug: fail the batch loudly rather than hang its clients (and the writer)
             log.exception("workspace %s: batch failed unexpectedly", self.name)
-            _fail_futures((f for _, f in batch), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
+            fail_futures((f for _, f in batch), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
             self._end_batch()
             if not isinstance(exc, Exception | asyncio.CancelledError):
                 raise
@@ -214,18 +161,16 @@ class Workspace:
             self._in_flight = plan
             loop = asyncio.get_running_loop()
             try:
-                done = self._io.submit(_apply_writes, self.root, plan.writes)
+                done = self._io.submit(apply_writes, self.root, plan.writes)
             except RuntimeError as exc:  # the executor is shut down: the daemon is stopping
                 self._in_flight = None
-                _fail_futures(
-                    (f for _, f in batch), ShuttingDown(f"memd is shutting down ({exc}); nothing was written")
-                )
+                fail_futures((f for _, f in batch), ShuttingDown(f"memd is shutting down ({exc}); nothing was written"))
                 self._end_batch()
                 return
-            done.add_done_callback(lambda d: _call_in_loop(loop, self._written, plan, d))
+            done.add_done_callback(lambda d: call_in_loop(loop, self._written, plan, d))
             self._count_while_writing(plan)
 
-    def _count_while_writing(self, plan: _Batch) -> None:
+    def _count_while_writing(self, plan: Batch) -> None:
         """Token counts of what is being written, taken while the worker waits on the disk, not after (tiktoken
         lets go of the GIL, so the worker is not held up). A count that fails here is taken again on publish."""
         try:
@@ -236,7 +181,7 @@ class Workspace:
         except Exception:
             log.exception("workspace %s: counting tokens ahead failed", self.name)
 
-    def _plan(self, batch: list[tuple[Edit[Any], asyncio.Future[Any]]]) -> _Batch | None:
+    def _plan(self, batch: list[tuple[Edit[Any], asyncio.Future[Any]]]) -> Batch | None:
         """Apply each request's edit to a draft and turn the draft into file writes. None: the batch failed."""
         now = self.clock.now()
         local = now.astimezone(self.tz)
@@ -255,7 +200,7 @@ class Workspace:
                 if not isinstance(exc, MemdError):
                     log.exception("workspace %s: an edit failed", self.name)
                 future.set_exception(exc)
-        plan = _Batch(draft, today, accepted)
+        plan = Batch(draft, today, accepted)
         if draft.warm:
             try:
                 self.warm.refresh_day(today)
@@ -270,7 +215,7 @@ class Workspace:
         plan.writes = [w for w in (plan.warm_write, plan.cold_write, plan.hot_write) if w is not None]
         return plan
 
-    def _written(self, plan: _Batch, done: Future[list[fsio.Fingerprint]]) -> None:
+    def _written(self, plan: Batch, done: Future[list[fsio.Fingerprint]]) -> None:
         self._in_flight = None
         try:
             try:
@@ -286,11 +231,11 @@ class Workspace:
         except (Exception, asyncio.CancelledError) as exc:  # a bug, or a cancelled worker: never hang the clients
             log.exception("workspace %s: batch failed unexpectedly", self.name)
             failure = exc if isinstance(exc, Exception) else ShuttingDown("memd is shutting down; nothing was written")
-            _fail_futures((f for f, _ in plan.accepted), failure)
+            fail_futures((f for f, _ in plan.accepted), failure)
         finally:
             self._end_batch()
 
-    def _acknowledge(self, plan: _Batch, changed: frozenset[str]) -> None:
+    def _acknowledge(self, plan: Batch, changed: frozenset[str]) -> None:
         self.health.batches += 1
         self.health.writes += len(plan.accepted)
         for future, result in plan.accepted:
@@ -310,7 +255,7 @@ class Workspace:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _publish(self, plan: _Batch, fps: list[fsio.Fingerprint]) -> frozenset[str]:
+    def _publish(self, plan: Batch, fps: list[fsio.Fingerprint]) -> frozenset[str]:
         by_write = dict(zip((id(w) for w in plan.writes), fps, strict=True))
         draft, changed = plan.draft, set()
         if plan.warm_write is not None:
@@ -337,7 +282,7 @@ class Workspace:
         log.error("%s", message)
         # What reached the disk before the failure is re-read on the next batch (fingerprints differ).
         self.hot.fingerprint = self.cold.fingerprint = None
-        _fail_futures((f for f, _ in accepted), StorageError(message, data={"errno": exc.errno}))
+        fail_futures((f for f, _ in accepted), StorageError(message, data={"errno": exc.errno}))
 
     @property
     def exclusive(self) -> ExclusiveLock:
@@ -348,7 +293,7 @@ class Workspace:
         """Make `paths` hold exactly `files` (relative path -> bytes), durably. Returns the paths changed."""
         loop = asyncio.get_running_loop()
         async with self._exclusive:
-            changed = await loop.run_in_executor(self._io, _replace_tree, self.root, files, paths)
+            changed = await loop.run_in_executor(self._io, replace_tree, self.root, files, paths)
             self.hot.load()
             self.cold.load()
             self.warm.scan()
@@ -444,86 +389,3 @@ class Workspace:
             key = (self.hot.tokens, self.cold.tokens, self.warm.version, self.today(), self.config.budget)
             self._usage_cache = (key, usage)
         return self._usage_cache[1]
-
-
-@dataclass
-class _Batch:
-    """One batch between planning and acknowledgement: the draft, the accepted requests and the file writes."""
-
-    draft: Draft
-    today: date
-    accepted: list[tuple[asyncio.Future[Any], Any]]
-    warm_write: fsio.FileWrite | None = None
-    cold_write: fsio.FileWrite | None = None
-    hot_write: fsio.FileWrite | None = None
-    writes: list[fsio.FileWrite] = field(default_factory=list)
-    warm_tokens: int | None = None  # counted while the write is in flight
-    hot_tokens: int | None = None
-
-
-def _fail_futures(futures: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_exception(exc)
-
-
-def _call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
-    """From a worker thread: run fn(*args) on the loop. A closed loop means the daemon is gone; nothing waits."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:
-        log.warning("a batch finished after the event loop closed; its requests were never acknowledged")
-
-
-def _regular_files(base: Path) -> list[Path]:
-    """Regular files under `base`, never descending into symlinked directories."""
-    found: list[Path] = []
-    for directory, _dirs, names in os.walk(base, followlinks=False):
-        for name in names:
-            path = Path(directory) / name
-            if path.is_file() and not path.is_symlink():
-                found.append(path)
-    return found
-
-
-def _apply_writes(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
-    """Runs in a worker thread. A tier directory someone removed is made again (the workspace root never is:
-    a removed workspace stays removed), so one `rm -r warm` does not fail every later write. Looked at only
-    after a write failed, so the common case pays no extra stat; only the failed write is tried again."""
-    fps: list[fsio.Fingerprint] = []
-    for write in writes:
-        try:
-            fps += fsio.apply_writes([write])
-        except FileNotFoundError:
-            tier_dir = write.path.parent
-            if os.path.lexists(tier_dir) or not root.is_dir():
-                raise
-            fsio.ensure_dir(tier_dir)
-            fps += fsio.apply_writes([write])
-    return fps
-
-
-def _replace_tree(root: Path, files: dict[str, bytes], paths: list[str]) -> list[str]:
-    """Runs in a worker thread: write every file of `files`, remove the other files under `paths`."""
-    changed: list[str] = []
-    for top in {rel.split("/")[0] for rel in files} | set(paths):
-        if (root / top).is_symlink():
-            raise OSError(errno.ELOOP, f"{root / top} is a symlink; memd does not restore through it")
-    for rel, data in sorted(files.items()):
-        target = root / rel
-        if fsio.read_bytes(target) != data:
-            fsio.ensure_dir(target.parent)
-            fsio.atomic_replace(target, data)
-            changed.append(rel)
-    for top in paths:
-        base = root / top
-        candidates = (
-            [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
-        )
-        for path in candidates:
-            rel = str(path.relative_to(root))
-            if rel not in files and not fsio.is_temp_name(path.name):
-                path.unlink()
-                fsio.fsync_dir(path.parent)
-                changed.append(rel)
-    return changed

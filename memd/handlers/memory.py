@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
+from memd.batch import Draft
 from memd.context import build_context, recent_warm, render_cold
 from memd.errors import AccessDenied, InvalidParams
 from memd.handlers.access import Call, privileged, result_with_usage, workspace_for
 from memd.params import MAX_LABEL, Params
 from memd.tiers import cold_format, hot_format
 from memd.tiers.warm_format import WarmEntry
-from memd.workspace import Draft, Workspace
+from memd.workspace import Workspace
 
 RECENT_DECISIONS = 5
 RECENT_ACTIVITY = 10

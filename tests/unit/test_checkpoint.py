@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 from clocks import START, FixedClock
 
+from memd.batch import Draft
 from memd.checkpoint import MIN_ALLOTMENT, Checkpointer, CheckpointFailed, entry_key
 from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, WorkspaceConfig
 from memd.errors import Busy
@@ -27,7 +28,7 @@ from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult
 from memd.tiers import hot_format
 from memd.tokens import TokenCounter
-from memd.workspace import Draft, Workspace
+from memd.workspace import Workspace
 
 BUDGET = BudgetConfig(hot=2000, warm=4000, cold=2000, model_window=20000)  # target 1000, recent window 400
 T = TypeVar("T")

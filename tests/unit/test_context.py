@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from clocks import START, FixedClock
 
+from memd.batch import Draft
 from memd.config import BudgetConfig, WorkspaceConfig
 from memd.context import build_context, render_cold, render_hot, render_warm
 from memd.tiers import cold_format, hot_format
 from memd.tiers.warm_format import WarmEntry
 from memd.tokens import TokenCounter
-from memd.workspace import Draft, Workspace
+from memd.workspace import Workspace
 
 
 @pytest.fixture

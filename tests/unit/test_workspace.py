@@ -17,11 +17,12 @@ import pytest
 from clocks import START, FixedClock
 
 from memd import fsio, workspace
+from memd.batch import Draft
 from memd.config import BudgetConfig, WorkspaceConfig
 from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
 from memd.tiers import cold_format, hot_format, warm_format
 from memd.tokens import TokenCounter
-from memd.workspace import Draft, Workspace
+from memd.workspace import Workspace
 
 
 @pytest.fixture
@@ -159,13 +160,13 @@ def test_writes_that_arrive_while_a_batch_is_made_durable_form_the_next_batch(
 
 def test_a_batch_writes_each_file_once(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     batches: list[list[fsio.FileWrite]] = []
-    real_apply = workspace._apply_writes
+    real_apply = workspace.apply_writes
 
     def recording_apply(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
         batches.append(list(writes))
         return real_apply(root, writes)
 
-    monkeypatch.setattr("memd.workspace._apply_writes", recording_apply)
+    monkeypatch.setattr("memd.workspace.apply_writes", recording_apply)
 
     run(*(note(f"n{i}") for i in range(20)), *(learn("Testing", f"l{i}") for i in range(5)), log("x"), ws=ws)
 

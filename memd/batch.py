@@ -1,0 +1,151 @@
+"""What one batch of writes is made of, and the part a worker thread runs.
+
+The `Draft` is what edits see and change; a `Batch` is a draft turned into file writes, between planning and
+acknowledgement; `apply_writes` and `replace_tree` run in a worker thread. The writer that sequences batches
+is `memd.workspace.Workspace`. Imports the tiers and memd.fsio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memd import fsio
+from memd.tiers import cold_format, warm_format
+from memd.tiers.cold_store import ColdStore
+from memd.tiers.hot_format import HotDoc
+from memd.tiers.hot_store import HotStore
+from memd.tiers.warm_format import WarmEntry
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class Draft:
+    """What one batch will write. Edits replace the hot document and the cold text with new values; warm entries
+    accumulate. A tier is re-checked against its file (one stat) the first time an edit touches it, so a batch that
+    only logs does not look at hot/ or cold/ at all."""
+
+    now: datetime
+    local: datetime
+    _hot_store: HotStore
+    _cold_store: ColdStore
+    warm: list[WarmEntry] = field(default_factory=list)
+    warm_text: list[str] = field(default_factory=list)
+    hot: HotDoc | None = None  # None: no edit touched the hot tier
+    cold: str | None = None  # None: no edit touched the cold tier
+
+    def set_hot(self, doc: HotDoc) -> None:
+        self.hot = doc
+
+    def edit_hot(self) -> HotDoc:
+        """The current draft hot document, after checking that the hot file is writable (not corrupt)."""
+        if self.hot is None:
+            self._hot_store.refresh()
+            self._hot_store.require_valid()
+            self.hot = self._hot_store.doc
+        else:
+            self._hot_store.require_valid()
+        return self.hot
+
+    def log(self, action: str, details: tuple[tuple[str, str], ...] = (), result: str | None = None) -> WarmEntry:
+        entry = WarmEntry(time=self.local.strftime("%H:%M:%S"), action=action, details=details, result=result)
+        rendered = warm_format.render_entry(entry)
+        rendered.encode("utf-8")  # fail this request now, not the whole batch later
+        self.warm.append(entry)
+        self.warm_text.append(rendered)
+        return entry
+
+    def learn(self, category: str, text: str) -> str:
+        if self.cold is None:
+            self._cold_store.refresh()
+            self._cold_store.require_valid()
+            self.cold = self._cold_store.text
+        else:
+            self._cold_store.require_valid()
+        day = self.local.date().isoformat()
+        self.cold = cold_format.insert_learning(self.cold, category, day, text)
+        return day
+
+
+Edit = Callable[[Draft], T]
+
+
+@dataclass
+class Batch:
+    """One batch between planning and acknowledgement: the draft, the accepted requests and the file writes."""
+
+    draft: Draft
+    today: date
+    accepted: list[tuple[asyncio.Future[Any], Any]]
+    warm_write: fsio.FileWrite | None = None
+    cold_write: fsio.FileWrite | None = None
+    hot_write: fsio.FileWrite | None = None
+    writes: list[fsio.FileWrite] = field(default_factory=list)
+    warm_tokens: int | None = None  # counted while the write is in flight
+    hot_tokens: int | None = None
+
+
+def fail_futures(futures: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(exc)
+
+
+def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """From a worker thread: run fn(*args) on the loop. A closed loop means the daemon is gone; nothing waits."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        log.warning("a batch finished after the event loop closed; its requests were never acknowledged")
+
+
+def apply_writes(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    """Runs in a worker thread. A tier directory someone removed is made again (the workspace root never is:
+    a removed workspace stays removed), so one `rm -r warm` does not fail every later write. Looked at only
+    after a write failed, so the common case pays no extra stat; only the failed write is tried again."""
+    fps: list[fsio.Fingerprint] = []
+    for write in writes:
+        try:
+            fps += fsio.apply_writes([write])
+        except FileNotFoundError:
+            tier_dir = write.path.parent
+            if os.path.lexists(tier_dir) or not root.is_dir():
+                raise
+            fsio.ensure_dir(tier_dir)
+            fps += fsio.apply_writes([write])
+    return fps
+
+
+def replace_tree(root: Path, files: dict[str, bytes], paths: list[str]) -> list[str]:
+    """Runs in a worker thread: write every file of `files`, remove the other files under `paths`."""
+    changed: list[str] = []
+    for top in {rel.split("/")[0] for rel in files} | set(paths):
+        if (root / top).is_symlink():
+            raise OSError(errno.ELOOP, f"{root / top} is a symlink; memd does not restore through it")
+    for rel, data in sorted(files.items()):
+        target = root / rel
+        if fsio.read_bytes(target) != data:
+            fsio.ensure_dir(target.parent)
+            fsio.atomic_replace(target, data)
+            changed.append(rel)
+    for top in paths:
+        base = root / top
+        candidates = (
+            [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
+        )
+        for path in candidates:
+            rel = str(path.relative_to(root))
+            if rel not in files and not fsio.is_temp_name(path.name):
+                path.unlink()
+                fsio.fsync_dir(path.parent)
+                changed.append(rel)
+    return changed
