@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from memd import errors
-from memd.client import DaemonNotRunning, error_from
+from memd.client import connect_error, error_from
 from memd.errors import MemdError
 from memd.protocol import encode_request
 
@@ -100,16 +100,9 @@ class AsyncClient:
             sock.setblocking(False)
             try:
                 await asyncio.get_running_loop().sock_connect(sock, str(self.path))
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
+            except OSError as exc:
                 sock.close()
-                raise DaemonNotRunning(
-                    f"memd is not running: nothing listens on {self.path} ({exc.strerror}). Start it with "
-                    "`memd run` (or `systemctl --user start memd`), or point MEMD_SOCKET at its socket",
-                    data={"socket": str(self.path)},
-                ) from None
-            except PermissionError:
-                sock.close()
-                raise errors.AccessDenied(f"no permission to connect to {self.path}") from None
+                raise connect_error(self.path, exc) from None
             except BaseException:
                 sock.close()
                 raise

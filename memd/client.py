@@ -62,6 +62,19 @@ def resolve_socket(explicit: str | None, env: Mapping[str, str], config: Config)
     return config.server.socket
 
 
+def connect_error(path: Path, exc: OSError) -> Exception:
+    """What a failed connect() to memd's socket means to the caller (the OSError itself when nothing better)."""
+    if isinstance(exc, FileNotFoundError | ConnectionRefusedError):
+        return DaemonNotRunning(
+            f"memd is not running: nothing listens on {path} ({exc.strerror}). Start it with "
+            "`memd run` (or `systemctl --user start memd`), or point --socket / MEMD_SOCKET at its socket",
+            data={"socket": str(path)},
+        )
+    if isinstance(exc, PermissionError):
+        return errors.AccessDenied(f"no permission to connect to {path}")
+    return exc
+
+
 def error_from(code: int, message: str, data: dict[str, Any] | None) -> MemdError:
     cls = _BY_CODE.get(code)
     if cls is None or cls is errors.ConfigError:
@@ -96,16 +109,9 @@ class Client:
             sock.settimeout(self.timeout)
             try:
                 sock.connect(str(self.path))
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
+            except OSError as exc:
                 sock.close()
-                raise DaemonNotRunning(
-                    f"memd is not running: nothing listens on {self.path} ({exc.strerror}). Start it with "
-                    "`memd run` (or `systemctl --user start memd`), or point --socket / MEMD_SOCKET at its socket",
-                    data={"socket": str(self.path)},
-                ) from None
-            except PermissionError:
-                sock.close()
-                raise errors.AccessDenied(f"no permission to connect to {self.path}") from None
+                raise connect_error(self.path, exc) from None
             self._sock = sock
         return self._sock
 

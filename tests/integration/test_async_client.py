@@ -99,3 +99,14 @@ def test_calls_in_flight_fail_with_unavailable_when_memd_stops_and_the_next_call
 
     assert isinstance(after_stop, errors.Unavailable | DaemonNotRunning)
     assert pong["pong"] is True
+
+
+def test_both_clients_say_the_same_when_no_daemon_listens(tmp_path: Path) -> None:
+    from memd.client import Client
+
+    with pytest.raises(DaemonNotRunning, match=r"memd is not running: nothing listens on .*absent\.sock"):
+        Client(tmp_path / "absent.sock").call("ping")
+    (tmp_path / "refusing.sock").touch(mode=0o000)  # not a socket: connect() fails with ECONNREFUSED
+
+    with pytest.raises(DaemonNotRunning, match=r"refusing\.sock"):
+        run(AsyncClient(tmp_path / "refusing.sock").call("ping"))
