@@ -67,16 +67,19 @@ def serialize(doc: HotDoc) -> bytes:
     """One line per field and one line per list element, so `git diff hot/context.json` shows exactly which note
     or decision changed. Each line is encoded by json's C encoder (`indent=` would force the pure-Python one,
     several times slower on a large hot tier)."""
-    dumps = json.dumps
+    dumps = _ENCODER.encode  # built once: json.dumps with an option builds a new encoder per call
     lines = []
     for key, value in doc.items():
-        name = dumps(key, ensure_ascii=False)
+        name = dumps(key)
         if isinstance(value, list) and value:
-            items = ",\n    ".join(dumps(v, ensure_ascii=False) for v in value)
+            items = ",\n    ".join(dumps(v) for v in value)
             lines.append(f"  {name}: [\n    {items}\n  ]")
         else:
-            lines.append(f"  {name}: {dumps(value, ensure_ascii=False)}")
+            lines.append(f"  {name}: {dumps(value)}")
     return ("{\n" + ",\n".join(lines) + "\n}\n").encode("utf-8")
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
 def new_id(prefix: str, now: datetime) -> str:
