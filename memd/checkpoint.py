@@ -8,37 +8,32 @@ under an overall deadline while writes go on, (3) verify (not empty, not a refus
 target is met, pinned parts untouched), (4) apply through the writer, replacing exactly the compressed entries
 by key and keeping everything written meanwhile, log it to warm, record it in hot, commit the post-state.
 A failure changes nothing, shows in status and backs the workspace off exponentially; a daily token cap stops
-runaway spend. Imports memd.snapshots, memd.workspace, memd.summarizer, the hot format and memd.errors.
+runaway spend. What to compress and the checks on a summary are memd/checkpoint_plan.py. Imports memd.checkpoint_plan,
+memd.snapshots, memd.workspace, memd.summarizer, the hot format and memd.errors.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
-import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from memd.batch import Draft
+from memd.checkpoint_plan import Plan, keyed, pinned, plan_checkpoint, verify_summary
 from memd.config import CheckpointConfig
 from memd.errors import Busy, CheckpointFailed, MemdError, NotFound
 from memd.snapshots import Snapshotter
-from memd.summarizer import SUMMARY_HEADING, Entry, Summarizer, SummaryRequest, SummaryResult
+from memd.summarizer import Summarizer, SummaryRequest, SummaryResult
 from memd.tiers import hot_format
 from memd.tiers.hot_format import HotDoc
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
 RECORDS_KEPT = 10  # records kept in hot/context.json; every one is also in git history and warm
-MIN_ALLOTMENT = 40  # below this no summary is worth writing (the extractive one needs ~12 for its frame)
-_REFUSAL = re.compile(
-    r"^\s*(i'?m sorry|i am sorry|i can(?:'|no)t|as an ai\b|error\b|sorry,|i apologi[sz]e|unable to)", re.I
-)
 
 
 @dataclass
@@ -52,36 +47,6 @@ class Health:
     day: str = ""
     llm_tokens_today: int = 0
     redactions: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Plan:
-    entries: list[Entry]
-    summary_before: str
-    allotment: int
-    tokens_before: int
-    keep_decisions: int
-    kept_notes: list[str]
-
-
-def entry_key(entry: dict[str, Any]) -> str:
-    """Entries written by memd have ids; ones from other tools are known by a hash of their content."""
-    if entry.get("id"):
-        return str(entry["id"])
-    return "sha256:" + hashlib.sha256(json.dumps(entry, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
-
-
-def keyed(entries: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Each entry with a key unique in the list: identical id-less entries (two recipe decisions with the same
-    text) are told apart by their occurrence, so compressing one never removes its twin."""
-    seen: dict[str, int] = {}
-    out = []
-    for entry in entries:
-        key = entry_key(entry)
-        n = seen.get(key, 0)
-        seen[key] = n + 1
-        out.append((f"{key}#{n}" if n and not entry.get("id") else key, entry))
-    return out
 
 
 class Checkpointer:
@@ -203,9 +168,7 @@ class Checkpointer:
             new["summary"] = summary
             # Writes during the call (a new step, decision or note) are fine; what must never happen is that
             # removing the compressed entries touches what is pinned now.
-            if self.pinned(new, plan.keep_decisions, plan.kept_notes) != self.pinned(
-                doc, plan.keep_decisions, plan.kept_notes
-            ):
+            if pinned(new, plan.keep_decisions, plan.kept_notes) != pinned(doc, plan.keep_decisions, plan.kept_notes):
                 raise CheckpointFailed("applying the summary would change pinned context; nothing applied")
             tokens_after = ws.hot.count(new)
             record = {
@@ -271,95 +234,13 @@ class Checkpointer:
         draft.set_hot({**doc, "checkpoints": records})
         return found
 
-    # --- planning and verification ---------------------------------------------------------------------------
-
-    @staticmethod
-    def pinned(doc: HotDoc, keep_decisions: int, kept_notes: list[str]) -> dict[str, Any]:
-        """The parts a checkpoint must leave byte-identical."""
-        decisions = list(doc.get("decisions") or [])
-        notes = dict(keyed(list(doc.get("notes") or [])))
-        return {
-            "task": doc.get("task"),
-            "current_step": doc.get("current_step"),
-            "pending_actions": doc.get("pending_actions"),
-            "files_modified": doc.get("files_modified"),
-            "decisions": json.dumps(decisions[-keep_decisions:] if keep_decisions else [], sort_keys=True),
-            "notes": json.dumps([notes.get(k) for k in kept_notes], sort_keys=True),
-        }
+    # --- planning and verification (memd/checkpoint_plan.py) ------------------------------------------------
 
     def plan(self, ws: Workspace, doc: HotDoc) -> Plan:
-        budget = ws.config.budget
-        counter = ws.counter
-        notes = list(doc.get("notes") or [])
-        decisions = list(doc.get("decisions") or [])
-        keep_d = min(self.config.keep_decisions, len(decisions))
-        old_decisions = decisions[: len(decisions) - keep_d]
-        recent_room = self.config.recent_share * budget.hot
-        kept: list[dict[str, Any]] = []
-        used = 0
-        for note in reversed(notes):
-            cost = counter.count_piece(hot_format.render_note(note))
-            if used + cost > recent_room:
-                break
-            kept.insert(0, note)
-            used += cost
-        target = budget.checkpoint_target * budget.hot
-
-        def fixed_tokens(kept_notes: list[dict[str, Any]]) -> int:
-            skeleton = {**doc, "notes": kept_notes, "decisions": decisions[len(decisions) - keep_d :], "summary": ""}
-            return ws.hot.count(skeleton) + counter.count_piece("## Notes\n")
-
-        allotment = int(target - fixed_tokens(kept))
-        while allotment < MIN_ALLOTMENT and kept:
-            kept.pop(0)  # the recent window yields before the target is missed
-            allotment = int(target - fixed_tokens(kept))
-        if allotment < MIN_ALLOTMENT:
-            raise CheckpointFailed(
-                f"the pinned parts of {ws.name!r} (task, step, pending actions, files, last {keep_d} decisions) "
-                f"alone exceed the checkpoint target of {int(target)} tokens; raise budget.hot or trim them"
-            )
-        note_keys = {id(n): k for k, n in keyed(notes)}
-        decision_keys = {id(d): k for k, d in keyed(decisions)}
-        kept_keys = [note_keys[id(n)] for n in kept]
-        entries = [
-            Entry(decision_keys[id(d)], "decision", _decision_text(d), str(d.get("ts") or "")) for d in old_decisions
-        ]
-        entries += [
-            Entry(note_keys[id(n)], "note", str(n.get("text") or ""), str(n.get("ts") or ""))
-            for n in notes
-            if note_keys[id(n)] not in kept_keys
-        ]
-        summary_before = str(doc.get("summary") or "")
-        if summary_before:
-            entries.insert(0, Entry("summary", "summary", summary_before))
-        if not entries:
-            raise CheckpointFailed(f"nothing in {ws.name!r} is old enough to compress (only pinned context)")
-        return Plan(
-            entries=entries,
-            summary_before=summary_before,
-            allotment=allotment,
-            tokens_before=ws.hot.count(doc),
-            keep_decisions=keep_d,
-            kept_notes=kept_keys,
-        )
+        return plan_checkpoint(self.config, ws, doc)
 
     def verify(self, ws: Workspace, plan: Plan, result: SummaryResult) -> str:
-        text = result.text.strip()
-        if not text or text == SUMMARY_HEADING:
-            raise CheckpointFailed("the summarizer returned an empty summary; nothing applied")
-        body = text.removeprefix(SUMMARY_HEADING).strip()
-        if not body or _REFUSAL.match(body):
-            raise CheckpointFailed(f"the summarizer returned an error or refusal instead of a summary: {body[:120]!r}")
-        if not text.startswith(SUMMARY_HEADING):
-            text = f"{SUMMARY_HEADING}\n{text}"
-        text += "\n"
-        tokens = ws.counter.count(text)
-        if tokens > plan.allotment:
-            raise CheckpointFailed(
-                f"the summary has {tokens} tokens, over its allotment of {plan.allotment} (the checkpoint target); "
-                "nothing applied"
-            )
-        return text
+        return verify_summary(ws, plan, result)
 
     def _check_daily_cap(self, ws: Workspace, health: Health, plan: Plan) -> None:
         if self.summarizer.name == "extractive":
@@ -428,8 +309,3 @@ class Checkpointer:
             "llm_tokens_today": h.llm_tokens_today,
             "redactions": dict(h.redactions),
         }
-
-
-def _decision_text(decision: dict[str, Any]) -> str:
-    risk = f" (risk: {decision['risk']})" if decision.get("risk") else ""
-    return f"{decision.get('action', '')} — {decision.get('reason', '')}{risk}"

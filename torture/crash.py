@@ -29,7 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from memd.checkpoint import entry_key
+from memd.checkpoint_plan import entry_key
 from torture import verify
 from torture.lib import (
     Context,

@@ -21,9 +21,10 @@ import pytest
 from clocks import START, FixedClock
 
 from memd.batch import Draft
-from memd.checkpoint import MIN_ALLOTMENT, Checkpointer, CheckpointFailed, entry_key
+from memd.checkpoint import Checkpointer
+from memd.checkpoint_plan import MIN_ALLOTMENT, entry_key
 from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, WorkspaceConfig
-from memd.errors import Busy
+from memd.errors import Busy, CheckpointFailed
 from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult
 from memd.tiers import hot_format
