@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -138,3 +139,39 @@ class RunningDaemon:
 
     def workspace(self, name: str) -> Path:
         return Path(self.config["workspaces"][name]["path"])
+
+
+# Set by the autouse per-test fixtures (temporary home, sockets); a daemon that outlives one test must not see them.
+_PER_TEST_VARS = ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "MEMD_SOCKET", "NOTIFY_SOCKET", "LISTEN_FDS")
+
+
+def module_daemon(root: Path, config: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunningDaemon:
+    """A daemon (not started) shared by a whole module: HOME is `root`, not the first test's temporary home."""
+    daemon = RunningDaemon(root, config, env=env)
+    daemon.env["HOME"] = str(root)
+    for var in _PER_TEST_VARS:
+        daemon.env.pop(var, None)
+    return daemon
+
+
+@contextlib.contextmanager
+def running_for_module(root: Path, config: Mapping[str, Any]) -> Iterator[RunningDaemon]:
+    """A module-scoped daemon (module fixtures cannot use the per-test `make_daemon`), killed at the end."""
+    daemon = module_daemon(root, config)
+    try:
+        yield daemon.start()
+    finally:
+        daemon.kill()
+
+
+def person_env() -> dict[str, str]:
+    """The environment of a person running git by hand: their identity, no GIT_* from memd or the test run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_AUTHOR_NAME="Person",
+        GIT_AUTHOR_EMAIL="person@example.com",
+        GIT_COMMITTER_NAME="Person",
+        GIT_COMMITTER_EMAIL="person@example.com",
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    return env

@@ -340,24 +340,19 @@ class Daemon:
 
     # lifecycle
 
-    def _open_log(self) -> Any:
-        return open(self.log_path, "ab")  # handed to the child, closed right after spawning
+    def _spawn_logged(self, args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start a child with its output appended to the daemon log (the file is the child's; ours closes)."""
+        with open(self.log_path, "ab") as log:
+            return self.ctx.procs.spawn(
+                args, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=str(self.root), **kwargs
+            )
 
     def prespawn(self) -> None:
         if self._pending is not None:
             return
-        log = self._open_log()
-        try:
-            self._pending = self.ctx.procs.spawn(
-                [PYTHON, str(TORTURE / "launcher.py"), str(self.config_path)],
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=str(self.root),
-            )
-        finally:
-            log.close()
+        self._pending = self._spawn_logged(
+            [PYTHON, str(TORTURE / "launcher.py"), str(self.config_path)], stdin=subprocess.PIPE
+        )
 
     def spawn(self) -> subprocess.Popen[bytes]:
         self.starts += 1
@@ -371,17 +366,7 @@ class Daemon:
                 pass
             self.proc = proc
             return proc
-        log = self._open_log()
-        try:
-            self.proc = self.ctx.procs.spawn(
-                [PYTHON, "-m", "memd", "--config", str(self.config_path), "run"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=str(self.root),
-            )
-        finally:
-            log.close()
+        self.proc = self._spawn_logged([PYTHON, "-m", "memd", "--config", str(self.config_path), "run"])
         return self.proc
 
     def start(self, timeout: float = STARTUP_TIMEOUT) -> Daemon:

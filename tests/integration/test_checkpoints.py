@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from expected import recent_window
 from fakellm import Behaviour, Delay, Empty, FakeLLM, Hang, Malformed, Reply, Status, closed_port_url
-from harness import RunningDaemon, base_config
+from harness import RunningDaemon, base_config, module_daemon, wait_for
 from secrets_corpus import SECRET_CORPUS
 
 from memd.errors import MemdError
-from memd.tiers import hot_format
 from memd.tokens import TokenCounter
 
 KEY_ENV = "MEMD_TEST_LLM_KEY"
@@ -42,18 +42,6 @@ ROOMY_BUDGET = {"hot": 6000}  # forced checkpoints only: 80% of it is never reac
 
 
 # --- helpers -------------------------------------------------------------------------------------------------------
-
-
-def eventually(probe: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """Poll `probe` until it returns something truthy (returned), or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def llm_section(url: str, **overrides: Any) -> dict[str, Any]:
@@ -124,28 +112,8 @@ def error_of(daemon: RunningDaemon, method: str, **params: Any) -> MemdError:
     return caught.value
 
 
-def expected_recent_window(counter: TokenCounter, notes: list[dict[str, Any]], hot_budget: int) -> list[dict[str, Any]]:
-    """The newest notes whose rendered lines fit in recent_share x the hot budget (docs/checkpoints.md)."""
-    room, used, kept = RECENT_SHARE * hot_budget, 0, []
-    for note in reversed(notes):
-        cost = counter.count_piece(hot_format.render_note(note))
-        if used + cost > room:
-            break
-        kept.insert(0, note)
-        used += cost
-    return kept
-
-
 def git(workspace: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(["git", "-C", str(workspace), *args], capture_output=True, timeout=30, check=False)
-
-
-def module_daemon(root: Path, config: dict[str, Any]) -> RunningDaemon:
-    daemon = RunningDaemon(root, config, env=KEY_ENV_VALUE)
-    daemon.env["HOME"] = str(root)  # the autouse temporary home is per test; this daemon outlives one test
-    for var in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "MEMD_SOCKET", "NOTIFY_SOCKET", "LISTEN_FDS"):
-        daemon.env.pop(var, None)
-    return daemon
 
 
 # --- fixtures ------------------------------------------------------------------------------------------------------
@@ -180,7 +148,7 @@ def memd_llm(fake_ok: FakeLLM) -> Iterator[RunningDaemon]:
         config["workspaces"]["crossing"]["budget"] = dict(CROSSING_BUDGET)
         # The corpus is large: a threshold of 1.0 keeps automatic checkpoints out of the way of the forced one.
         config["workspaces"]["secrets"]["budget"] = {"hot": 20000, "checkpoint_threshold": 1.0}
-        daemon = module_daemon(root, config)
+        daemon = module_daemon(root, config, env=KEY_ENV_VALUE)
         try:
             yield daemon.start()
         finally:
@@ -220,7 +188,7 @@ def memd_flaky(fake_flaky: FakeLLM) -> Iterator[RunningDaemon]:
         )
         for n in names:
             config["workspaces"][n]["budget"] = dict(ROOMY_BUDGET)
-        daemon = module_daemon(root, config)
+        daemon = module_daemon(root, config, env=KEY_ENV_VALUE)
         try:
             daemon.start()
             # The daemon imports `openai` on its first checkpoint; pay that once here, not inside a 3 s deadline.
@@ -264,7 +232,7 @@ def crossing(memd_llm: RunningDaemon, fake_ok: FakeLLM) -> Crossing:
         done = listed["checkpoints"] and listed["checkpoints"][-1]["post_commit"] and not listed["status"]["in_flight"]
         return listed if done else None
 
-    listed = eventually(settled, "the automatic checkpoint to be recorded and committed")
+    listed = wait_for(settled, "the automatic checkpoint to be recorded and committed", timeout=WAIT)
     after = memd_llm.call("hot.get", workspace=ws)
     usage_after = memd_llm.call("warm.log", workspace=ws, action="looked at usage")["usage"]  # leaves hot alone
     return Crossing(seeded, crossing_write, listed["checkpoints"][-1], after, usage_after)
@@ -299,7 +267,7 @@ def test_a_threshold_crossing_triggers_exactly_one_checkpoint_that_meets_the_tar
 
 def test_pinned_parts_are_byte_identical_after_a_checkpoint(crossing: Crossing, counter: TokenCounter) -> None:
     before, after = crossing.seeded, crossing.after["hot"]
-    recent = expected_recent_window(counter, before.notes, CROSSING_BUDGET["hot"])
+    recent = recent_window(counter, before.notes, RECENT_SHARE * CROSSING_BUDGET["hot"])
 
     assert after["task"] == before.task
     assert after["current_step"] == before.step
@@ -314,7 +282,7 @@ def test_pinned_parts_are_byte_identical_after_a_checkpoint(crossing: Crossing, 
 
 def test_exactly_the_older_notes_and_decisions_are_compressed(crossing: Crossing, counter: TokenCounter) -> None:
     before = crossing.seeded
-    recent = expected_recent_window(counter, before.notes, CROSSING_BUDGET["hot"])
+    recent = recent_window(counter, before.notes, RECENT_SHARE * CROSSING_BUDGET["hot"])
     older = before.decisions[:-KEEP_DECISIONS] + before.notes[: len(before.notes) - len(recent)]
 
     assert crossing.record["compressed"] == sorted(e["id"] for e in older)
@@ -396,7 +364,7 @@ def test_writes_during_a_slow_llm_call_are_kept_and_the_compressed_entries_are_g
     runner = threading.Thread(target=run_checkpoint)
     runner.start()
     try:
-        eventually(lambda: requests_of(fake_ok, ws), "the summary request to reach the endpoint")
+        wait_for(lambda: requests_of(fake_ok, ws), "the summary request to reach the endpoint", timeout=WAIT)
         with memd_llm.client() as c:
             late = [c.call("hot.note", workspace=ws, text=f"late note {i}")["note"] for i in range(100)]
     finally:
@@ -526,14 +494,16 @@ def test_backoff_keeps_automatic_checkpoints_from_hammering_a_failing_endpoint(
             while not hot or hot["tokens"] < 0.8 * hot["budget"]:
                 hot = c.call("hot.note", workspace="alpha", text=note_text("alpha", writes))["usage"]["hot"]
                 writes += 1
-            eventually(lambda: fake.chat_requests, "the first automatic checkpoint to ask the endpoint")
+            wait_for(lambda: fake.chat_requests, "the first automatic checkpoint to ask the endpoint", timeout=WAIT)
             started = time.monotonic()
             for i in range(40):  # every one of these writes is over the threshold and asks for a checkpoint
                 c.call("hot.note", workspace="alpha", text=f"over the threshold {i}")
                 writes += 1
                 time.sleep(0.1)
             elapsed = time.monotonic() - started
-        eventually(lambda: not checkpoint_status(daemon, "alpha")["in_flight"], "the last attempt to finish")
+        wait_for(
+            lambda: not checkpoint_status(daemon, "alpha")["in_flight"], "the last attempt to finish", timeout=WAIT
+        )
 
         attempts = len(fake.chat_requests)  # max_retries = 0: one request per attempt
         # Attempts wait 1, 2, 4, ... seconds after each failure: at most 1 + log2(1 + elapsed/backoff) + 1.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import RunningDaemon, base_config
+from harness import RunningDaemon, base_config, running_for_module
 
 from memd.errors import MemdError
 
@@ -120,14 +120,8 @@ def memd() -> Iterator[RunningDaemon]:
         seed_adopted(spaces / "adopted")
         seed_corrupt(spaces / "corrupt")
         seed_prose(spaces / "prose")
-        daemon = RunningDaemon(root, config)
-        daemon.env["HOME"] = str(root)  # the autouse temporary home is per test; this daemon outlives one test
-        for var in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "MEMD_SOCKET", "NOTIFY_SOCKET", "LISTEN_FDS"):
-            daemon.env.pop(var, None)
-        try:
-            yield daemon.start()
-        finally:
-            daemon.kill()
+        with running_for_module(root, config) as daemon:
+            yield daemon
 
 
 @pytest.fixture(scope="module")

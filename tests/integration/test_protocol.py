@@ -6,7 +6,6 @@ bounded wait for the daemon to close the connection, never by sleeping and asser
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import tempfile
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import RunningDaemon, base_config, wait_for
+from harness import RunningDaemon, base_config, running_for_module, wait_for
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -126,19 +125,6 @@ def tree(root: Path) -> set[str]:
     }
 
 
-@contextlib.contextmanager
-def running(root: Path, config: dict[str, Any]) -> Iterator[RunningDaemon]:
-    """A daemon for a whole module (module fixtures cannot use the per-test `make_daemon`), killed at the end."""
-    daemon = RunningDaemon(root, config)
-    daemon.env["HOME"] = str(root)  # the autouse temporary home is per test; this daemon outlives one test
-    for var in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "MEMD_SOCKET", "NOTIFY_SOCKET", "LISTEN_FDS"):
-        daemon.env.pop(var, None)
-    try:
-        yield daemon.start()
-    finally:
-        daemon.kill()
-
-
 @pytest.fixture(scope="module")
 def module_root() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="memd-") as d:
@@ -149,7 +135,7 @@ def module_root() -> Iterator[Path]:
 def memd(module_root: Path) -> Iterator[RunningDaemon]:
     """One daemon with default limits, shared by the tests that do not change its configuration."""
     root = module_root / "default"
-    with running(root, base_config(root)) as daemon:
+    with running_for_module(root, base_config(root)) as daemon:
         yield daemon
 
 
@@ -157,7 +143,9 @@ def memd(module_root: Path) -> Iterator[RunningDaemon]:
 def limited(module_root: Path) -> Iterator[RunningDaemon]:
     """A daemon with a 4 KiB request cap and a 0.5 s partial-request timeout."""
     root = module_root / "limited"
-    with running(root, base_config(root, server={"max_request_bytes": 4096, "request_timeout_seconds": 0.5})) as daemon:
+    with running_for_module(
+        root, base_config(root, server={"max_request_bytes": 4096, "request_timeout_seconds": 0.5})
+    ) as daemon:
         yield daemon
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from harness import RunningDaemon, base_config, wait_for
+from harness import RunningDaemon, base_config, module_daemon, person_env, wait_for
 
 from memd.errors import InvalidParams, MemdError
 
@@ -41,18 +41,6 @@ EXPIRED_TEXT = "# Activity Log 2020-01-01\n\n### 09:00:00 - Old work\n```\nfile:
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
-
-
-def person_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_AUTHOR_NAME="Person",
-        GIT_AUTHOR_EMAIL="person@example.com",
-        GIT_COMMITTER_NAME="Person",
-        GIT_COMMITTER_EMAIL="person@example.com",
-        GIT_CONFIG_NOSYSTEM="1",
-    )
-    return env
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
@@ -170,14 +158,6 @@ def instrumented_git(directory: Path) -> dict[str, str]:
     return {"PATH": f"{directory}:{os.environ.get('PATH', '')}"}
 
 
-def own_daemon_env(daemon: RunningDaemon, home: Path) -> RunningDaemon:
-    """A daemon that outlives one test must not use that test's temporary home."""
-    daemon.env["HOME"] = str(home)
-    for var in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_DATA_HOME", "MEMD_SOCKET", "NOTIFY_SOCKET", "LISTEN_FDS"):
-        daemon.env.pop(var, None)
-    return daemon
-
-
 # --- one daemon for the plain cases -------------------------------------------------------------------------------
 
 SHARED = [
@@ -204,7 +184,7 @@ def memd() -> Iterator[RunningDaemon]:
         root = Path(d) / "m"
         config = base_config(root, workspaces={name: root / "ws" / name for name in SHARED}, snapshot=FAST)
         seed_expired_day(root / "ws" / "sweep")
-        daemon = own_daemon_env(RunningDaemon(root, config), root)
+        daemon = module_daemon(root, config)
         try:
             yield daemon.start()
         finally:
@@ -665,7 +645,7 @@ def pushing() -> Iterator[RunningDaemon]:
             workspaces={"plain": root / "ws" / "plain", "nested": project / "agent-memory"},
             snapshot={**FAST, "remote": str(remotes / "{name}.git"), "push_interval_seconds": 0.5},
         )
-        daemon = own_daemon_env(RunningDaemon(root, config), root)
+        daemon = module_daemon(root, config)
         try:
             yield daemon.start()
         finally:
@@ -789,7 +769,7 @@ def nested() -> Iterator[tuple[RunningDaemon, ProjectState]]:
             (spaces[name] / "cold").mkdir(parents=True)
             (spaces[name] / "cold" / "MEMORY.md").write_text("# Agent Memory\n\n## Notes\n- [2026-01-01] kept\n")
         config = base_config(root, workspaces=spaces, snapshot=FAST)
-        daemon = own_daemon_env(RunningDaemon(root, config), root)
+        daemon = module_daemon(root, config)
         before = {
             name: (git(path.parent, "status", "--porcelain"), git(path.parent, "rev-parse", "HEAD"))
             for name, path in spaces.items()

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 from clocks import START, FixedClock
+from expected import recent_window
 
 from memd.batch import Draft
 from memd.checkpoint import Checkpointer
@@ -172,19 +173,6 @@ def summary_of(counter: TokenCounter, tokens: int) -> str:
     raise AssertionError(f"no summary of exactly {tokens} tokens")
 
 
-def window(counter: TokenCounter, notes: list[dict[str, Any]], room: float) -> list[dict[str, Any]]:
-    """The newest notes whose rendered lines fit in `room` tokens."""
-    kept: list[dict[str, Any]] = []
-    used = 0
-    for note in reversed(notes):
-        cost = counter.count_piece(hot_format.render_note(note))
-        if used + cost > room:
-            break
-        kept.insert(0, note)
-        used += cost
-    return kept
-
-
 # --- planning: what is pinned, what is compressed, the allotment ------------------------------------------------------
 
 
@@ -194,7 +182,7 @@ def test_the_plan_compresses_older_notes_and_decisions_and_pins_the_rest(
     ws = make_workspace()
     run(seeded(ws))
     doc = ws.hot.doc
-    recent = window(counter, doc["notes"], 0.2 * BUDGET.hot)
+    recent = recent_window(counter, doc["notes"], 0.2 * BUDGET.hot)
 
     plan = make_checkpointer().plan(ws, doc)
 
@@ -252,7 +240,7 @@ def test_the_recent_window_gives_up_its_oldest_notes_before_the_target_is_missed
         step += " a very detailed plan"
     run(set_progress(ws, step))
     doc = ws.hot.doc
-    natural = window(counter, doc["notes"], 0.2 * BUDGET.hot)
+    natural = recent_window(counter, doc["notes"], 0.2 * BUDGET.hot)
     assert sum(counter.count_piece(hot_format.render_note(n)) for n in natural) > 100
 
     plan = make_checkpointer().plan(ws, doc)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import person_env
 
 from memd.errors import NotFound
 from memd.gitrepo import GitError, GitRepo, RepoUnsafe, find_git
@@ -26,15 +27,7 @@ GIT = find_git()
 
 def person_git(cwd: Path, *args: str) -> str:
     """git as a person runs it: in a directory, with their identity, no GIT_DIR from memd."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_AUTHOR_NAME="Person",
-        GIT_AUTHOR_EMAIL="person@example.com",
-        GIT_COMMITTER_NAME="Person",
-        GIT_COMMITTER_EMAIL="person@example.com",
-        GIT_CONFIG_NOSYSTEM="1",
-    )
-    out = subprocess.run([GIT, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    out = subprocess.run([GIT, *args], cwd=cwd, env=person_env(), capture_output=True, text=True, check=False)
     assert out.returncode == 0, f"git {' '.join(args)} failed: {out.stderr}"
     return out.stdout
 
