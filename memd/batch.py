@@ -14,7 +14,6 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 from memd import fsio
@@ -86,6 +85,8 @@ class Batch:
     draft: Draft
     today: date
     accepted: list[tuple[asyncio.Future[Any], Any]]
+    requests: list[tuple[Edit[Any], asyncio.Future[Any]]] = field(default_factory=list)
+    replans: int = 0  # how often a person's edit made this batch plan again on their version
     warm_write: fsio.FileWrite | None = None
     cold_write: fsio.FileWrite | None = None
     hot_write: fsio.FileWrite | None = None
@@ -108,25 +109,22 @@ def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args
         log.warning("a batch finished after the event loop closed; its requests were never acknowledged")
 
 
-def apply_writes(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
-    """Runs in a worker thread. A tier directory someone removed is made again (the workspace root never is:
-    a removed workspace stays removed), so one `rm -r warm` does not fail every later write. Looked at only
-    after a write failed, so the common case pays no extra stat; only the failed write is tried again."""
-    fps: list[fsio.Fingerprint] = []
-    for write in writes:
-        try:
-            fps += fsio.apply_writes([write])
-        except FileNotFoundError:
-            tier_dir = write.path.parent
-            if os.path.lexists(tier_dir) or not root.is_dir():
-                raise
+def apply_writes(root: fsio.PinnedDir, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    """Runs in a worker thread. The workspace must still be the directory memd opened (a swapped-in symlink or
+    directory fails the batch: nothing is written anywhere else). A tier directory someone removed is made again
+    (the workspace root never is: a removed workspace stays removed), so one `rm -r warm` does not fail every
+    later write. Raises fsio.OutsideChange when a guarded replace finds a person's version in place."""
+    root.verify()
+    for tier_dir in {w.path.parent for w in writes}:
+        if not os.path.lexists(tier_dir):
             fsio.ensure_dir(tier_dir)
-            fps += fsio.apply_writes([write])
-    return fps
+    return fsio.apply_writes(writes)
 
 
-def replace_tree(root: Path, files: dict[str, bytes], paths: list[str]) -> list[str]:
+def replace_tree(pinned: fsio.PinnedDir, files: dict[str, bytes], paths: list[str]) -> list[str]:
     """Runs in a worker thread: write every file of `files`, remove the other files under `paths`."""
+    pinned.verify()
+    root = pinned.path
     changed: list[str] = []
     for top in {rel.split("/")[0] for rel in files} | set(paths):
         if (root / top).is_symlink():

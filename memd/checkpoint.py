@@ -157,14 +157,27 @@ class Checkpointer:
         summary = self.verify(ws, plan, result)
         checkpoint_id = f"ckpt-{ws.clock.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         keys = {e.key for e in plan.entries if e.kind != "summary"}
+        # What was summarized, exactly: an entry edited while the summarizer ran (same id, new text) is not what
+        # the summary covers, so it stays in hot with its new text instead of being removed by its key.
+        summarized = {
+            k: entry
+            for field in ("notes", "decisions")
+            for k, entry in keyed(list(planned_doc.get(field) or []))
+            if k in keys
+        }
+
+        def compressed(key: str, entry: dict[str, Any]) -> bool:
+            return key in summarized and summarized[key] == entry
 
         def apply(draft: Draft) -> dict[str, Any]:
             doc = draft.edit_hot()
             if str(doc.get("summary") or "") != plan.summary_before:
                 raise CheckpointFailed("the summary was changed while the checkpoint ran; nothing applied")
             new = dict(doc)
-            new["notes"] = [n for k, n in keyed(list(doc.get("notes") or [])) if k not in keys]
-            new["decisions"] = [d for k, d in keyed(list(doc.get("decisions") or [])) if k not in keys]
+            notes, decisions = keyed(list(doc.get("notes") or [])), keyed(list(doc.get("decisions") or []))
+            new["notes"] = [n for k, n in notes if not compressed(k, n)]
+            new["decisions"] = [d for k, d in decisions if not compressed(k, d)]
+            edited = sorted(k for k, e in [*notes, *decisions] if k in summarized and not compressed(k, e))
             new["summary"] = summary
             # Writes during the call (a new step, decision or note) are fine; what must never happen is that
             # removing the compressed entries touches what is pinned now.
@@ -177,7 +190,8 @@ class Checkpointer:
                 "tokens_before": plan.tokens_before,
                 "tokens_after": tokens_after,
                 "entries_compressed": len(plan.entries),
-                "compressed": sorted(keys) + (["summary"] if plan.summary_before else []),
+                "compressed": sorted(keys - set(edited)) + (["summary"] if plan.summary_before else []),
+                "kept_edited": edited,
                 "pre_commit": pre_commit,
                 "post_commit": "",
                 "backend": result.backend,

@@ -4,19 +4,30 @@ Contract 1 lives here: a function returns only after the bytes are fsynced (the 
 name was created or replaced). Any OSError, an fsync error above all, propagates to the caller: an fsync is
 never retried and reported as success, because after a failed fsync the kernel may have dropped the dirty
 pages. Symlinks are never followed for writes (O_NOFOLLOW on the file, lstat on its directory).
+
+Contract 2 is decided here too, at the moment a replace is published (not when its batch was planned): a guarded
+replace puts the new file in place with renameat2(RENAME_EXCHANGE), which hands back the file it displaced; when
+that is not the version the batch was planned from (a person saved the file meanwhile), the swap is undone and
+`OutsideChange` tells the writer to plan again on the new version. The window that remains is a writer that
+opened the old file before the exchange and writes to it after the comparison (an in-place `>>` straddling the
+publish: two system calls wide). Where the filesystem has no RENAME_EXCHANGE the comparison is made just before a
+plain rename instead (a window of one read and one rename).
 Imports nothing from memd.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import secrets
 import stat
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TEMP_MARKER = ".memd-tmp-"
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -63,6 +74,97 @@ def _refuse_symlinked_dir(directory: Path) -> None:
         raise OSError(errno.ELOOP, f"refusing to write through symlinked directory {directory}")
 
 
+@dataclass(frozen=True, slots=True)
+class PinnedDir:
+    """A directory as memd opened it (device and inode). `verify` fails once the path names anything else: a
+    symlink swapped in, or another directory moved into its place, so nothing is read, written or deleted there."""
+
+    path: Path
+    dev: int
+    ino: int
+
+    @classmethod
+    def pin(cls, path: Path) -> PinnedDir:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            raise OSError(errno.ELOOP, f"{path} is a symlink; configure the directory it points to", str(path))
+        if not stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.ENOTDIR, f"{path} is not a directory", str(path))
+        return cls(path, st.st_dev, st.st_ino)
+
+    def verify(self) -> None:
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            raise OSError(errno.ENOENT, f"workspace directory {self.path} is gone", str(self.path)) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise OSError(
+                errno.ELOOP,
+                f"workspace directory {self.path} was replaced by a symlink; memd will not follow it (put the "
+                "directory back, or point the config at the new one and reload)",
+                str(self.path),
+            )
+        if (st.st_dev, st.st_ino) != (self.dev, self.ino):
+            raise OSError(
+                errno.ESTALE,
+                f"workspace directory {self.path} is no longer the directory memd opened (another was moved into its "
+                "place); put it back, or restart memd to adopt the new one",
+                str(self.path),
+            )
+
+
+class OutsideChange(Exception):
+    """A guarded replace found the file changed since its batch was planned; nothing of that file was changed."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path} changed outside memd while a batch was being published")
+        self.path = path
+
+
+class Renames:
+    """renameat2(2) with the flags `os` does not expose. One object, so a recorder (torture/powerloss.py) can stand
+    in for it as it stands in for `os`. `supported` turns False on a filesystem that refuses the flags."""
+
+    RENAME_NOREPLACE = 1
+    RENAME_EXCHANGE = 2
+    _AT_FDCWD = -100
+
+    def __init__(self) -> None:
+        self.supported = True
+        self._fn: Any = None
+        self._lock = threading.Lock()
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.renameat2
+        except (OSError, AttributeError):
+            self.supported = False
+            return
+        fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        fn.restype = ctypes.c_int
+        self._fn = fn
+
+    def _call(self, src: Path, dst: Path, flags: int) -> None:
+        if self._fn(self._AT_FDCWD, os.fsencode(src), self._AT_FDCWD, os.fsencode(dst), flags) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(src), None, str(dst))
+
+    def exchange(self, src: Path, dst: Path) -> None:
+        self._call(src, dst, self.RENAME_EXCHANGE)
+
+    def noreplace(self, src: Path, dst: Path) -> None:
+        self._call(src, dst, self.RENAME_NOREPLACE)
+
+    def unsupported(self, exc: OSError) -> bool:
+        """Is this the filesystem (or kernel) saying it has no such flag? Then fall back, once and for all."""
+        if exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            self.supported = False
+            return True
+        return False
+
+
+RENAMES = Renames()
+
+
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
     try:
@@ -104,8 +206,10 @@ def atomic_replace(path: Path, data: bytes, mode: int = 0o644) -> Fingerprint:
     return Fingerprint.of_stat(st)
 
 
-def durable_append(path: Path, data: bytes, mode: int = 0o644) -> Fingerprint:
-    """Append `data` with O_APPEND and fsync. On failure the bytes this call added are cut off again."""
+def durable_append(path: Path, data: bytes, mode: int = 0o644, expected_size: int | None = None) -> Fingerprint:
+    """Append `data` with O_APPEND and fsync. On failure the bytes this call added are cut off again.
+    `expected_size`: what the caller planned from; a file someone else grew since, leaving its last line open,
+    gets a newline first so that the two writers' lines stay apart."""
     directory = path.parent
     _refuse_symlinked_dir(directory)
     created = False
@@ -120,6 +224,14 @@ def durable_append(path: Path, data: bytes, mode: int = 0o644) -> Fingerprint:
             raise OSError(errno.EINVAL, f"{path} is not a regular file; memd only writes regular files") from None
         raise
     before = _require_regular(fd, path).st_size
+    if (
+        expected_size is not None
+        and before != expected_size
+        and before > 0
+        and not data.startswith(b"\n")
+        and last_byte(path, before) != b"\n"
+    ):
+        data = b"\n" + data
     try:
         try:
             _write_all(fd, data)
@@ -195,13 +307,150 @@ def remove_stale_temp_files(directories: Iterable[Path]) -> list[Path]:
 
 @dataclass(frozen=True, slots=True)
 class FileWrite:
-    """One durable change in a batch: append `data` to `path`, or replace `path` with it."""
+    """One durable change in a batch: append `data` to `path`, or replace `path` with it.
+
+    A `guarded` replace is published only over `expected`, the bytes its batch was planned from (None: the file
+    did not exist); anything else there raises OutsideChange. An append with `expected_size` that finds the file
+    grown by someone else whose last line is still open starts on a new line instead of gluing onto it."""
 
     path: Path
     data: bytes
     append: bool
+    guarded: bool = False
+    expected: bytes | None = None
+    expected_size: int | None = None
+
+
+@dataclass(slots=True)
+class _Staged:
+    write: FileWrite
+    tmp: Path
+    fingerprint: Fingerprint
+    published: bool = False
+    holds_displaced: bool = False  # after an exchange, `tmp` names the file that was displaced
 
 
 def apply_writes(writes: Iterable[FileWrite]) -> list[Fingerprint]:
-    """Apply a batch in order (runs in a worker thread). Raises on the first failure; earlier ones are durable."""
-    return [durable_append(w.path, w.data) if w.append else atomic_replace(w.path, w.data) for w in writes]
+    """Apply a batch (runs in a worker thread) and return one fingerprint per write, in order.
+
+    Every replace is staged first (temp file written and fsynced), then published, then the appends are made.
+    Guarded replaces go in all or none: a conflict undoes those already published and raises OutsideChange before
+    any append, so the writer can plan the whole batch again; a failed append puts the displaced files back too,
+    so a batch that fails leaves its guarded files as they were. Raises on the first failure."""
+    writes = list(writes)
+    staged: dict[int, _Staged] = {}
+    published: list[_Staged] = []
+    fps: list[Fingerprint] = []
+    try:
+        for i, w in enumerate(writes):
+            if not w.append:
+                staged[i] = _stage(w)
+        for st in staged.values():
+            _publish(st)
+            published.append(st)
+        for i, w in enumerate(writes):
+            if w.append:
+                fps.append(durable_append(w.path, w.data, expected_size=w.expected_size))
+            else:
+                fps.append(staged[i].fingerprint)
+    except BaseException:
+        for st in reversed(published):
+            with contextlib.suppress(OSError):
+                _unpublish(st)
+        raise
+    finally:
+        _discard_temps(staged.values())
+    return fps
+
+
+def _stage(w: FileWrite) -> _Staged:
+    directory = w.path.parent
+    _refuse_symlinked_dir(directory)
+    tmp = directory / f".{w.path.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o644)
+    try:
+        try:
+            _write_all(fd, w.data)
+            os.fsync(fd)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return _Staged(w, tmp, Fingerprint.of_stat(st))
+
+
+def _publish(st: _Staged) -> None:
+    w = st.write
+    if w.guarded and RENAMES.supported:
+        try:
+            if w.expected is None:
+                RENAMES.noreplace(st.tmp, w.path)
+            else:
+                RENAMES.exchange(st.tmp, w.path)
+        except (FileExistsError, FileNotFoundError):  # created, or deleted, by someone else since planning
+            raise OutsideChange(w.path) from None
+        except OSError as exc:
+            if not RENAMES.unsupported(exc):
+                raise
+        else:
+            st.published = True
+            st.holds_displaced = w.expected is not None
+            if st.holds_displaced and not _holds(st.tmp, w.expected):
+                _unpublish(st)
+                raise OutsideChange(w.path)
+            return
+    if w.guarded and _current_bytes(w.path) != w.expected:  # the fallback: compare, then rename
+        raise OutsideChange(w.path)
+    os.replace(st.tmp, w.path)
+    st.published = True
+
+
+def _unpublish(st: _Staged) -> None:
+    """Put back what a published replace displaced, unless someone replaced the file again since (then their newer
+    version stays, as it would have without memd)."""
+    w = st.write
+    try:
+        current = os.lstat(w.path)
+    except FileNotFoundError:
+        current = None
+    if current is None or current.st_ino != st.fingerprint.ino:
+        return
+    if st.holds_displaced:
+        RENAMES.exchange(st.tmp, w.path)  # the displaced file back in place; ours is the temp now
+    elif w.expected is None:
+        os.unlink(w.path)
+    else:  # the rename fallback displaced the old file for good: write the planned-from bytes back
+        atomic_replace(w.path, w.expected)
+    st.published = False
+    st.holds_displaced = False
+
+
+def _holds(path: Path, expected: bytes | None) -> bool:
+    try:
+        return _current_bytes(path) == expected
+    except OSError:  # a symlink or a special file was displaced: certainly not what was planned from
+        return False
+
+
+def _current_bytes(path: Path) -> bytes | None:
+    try:
+        return read_bytes(path)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EINVAL, errno.ENXIO):
+            return b"\0memd: not a regular file\0"  # never equal to anything planned from
+        raise
+
+
+def _discard_temps(staged: Iterable[_Staged]) -> None:
+    """Remove the temp names left (displaced files, unpublished temps) and make every rename durable."""
+    directories: set[Path] = set()
+    for st in staged:
+        directories.add(st.tmp.parent)
+        if not st.published or st.holds_displaced:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(st.tmp)
+    for directory in sorted(directories):
+        fsync_dir(directory)

@@ -7,7 +7,11 @@ loop never blocks on fsync), and only then publishes the new state and acknowled
 write fails, every request of the batch gets a StorageError and the in-memory state stays as it was.
 
 Before a batch, each file it may rewrite is checked against what memd last saw (size, mtime, inode): a file
-changed by someone else is re-read first and the edits are applied on top of it (contract 2).
+changed by someone else is re-read first and the edits are applied on top of it (contract 2). The decision is
+taken again when the batch is published: a replace goes in only over the exact bytes it was planned from
+(fsio's guarded replace); a person's save in between sends the batch back to planning on their version.
+The workspace directory is pinned (device, inode) when opened: a swapped-in symlink or directory fails every
+batch, read, sweep and restore of this workspace with a StorageError instead of touching another place.
 Imports memd.batch (the draft, the plan, the worker side), the tiers, memd.retention, memd.fsio, memd.tokens,
 memd.exclusive, memd.config and memd.errors.
 """
@@ -38,6 +42,7 @@ from memd.tokens import TierUsage, TokenCounter
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 TIERS = ("hot", "warm", "cold")
+MAX_REPLANS = 16  # a file that changes under every attempt this often is being rewritten in a loop: give up
 
 
 class Clock(Protocol):
@@ -55,6 +60,8 @@ class Health:
     write_fault: bool = False  # the last batch that wrote failed; cleared by the next one that succeeds
     writes: int = 0
     batches: int = 0
+    replans: int = 0  # batches planned again because a person saved a file while they were being published
+    identity_error: str = ""  # the workspace directory is not the one memd opened
 
 
 class Workspace:
@@ -82,13 +89,14 @@ class Workspace:
         self.health = Health()
         self._usage_cache: tuple[Any, dict[str, Any]] | None = None
         self._queue: list[tuple[Edit[Any], asyncio.Future[Any]]] = []
-        self.before_destructive: Callable[[Workspace, str], Awaitable[None]] | None = None
+        self.before_destructive: Callable[[Workspace, str], Awaitable[retention.Held | None]] | None = None
         self.last_sweep: dict[str, Any] = {}
         self._exclusive = ExclusiveLock()  # a batch, or a sweep: never both at once
         self._batching = False  # a batch is waiting for the lock, being planned or being written
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._in_flight: Batch | None = None  # the batch whose files a worker is writing right now
         self._closing = False
+        self._pinned: fsio.PinnedDir | None = None  # the directory open() found, by device and inode
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -96,6 +104,7 @@ class Workspace:
         """Create the tier directories, remove memd's stale temp files, load every tier. Returns removed temps."""
         for tier in TIERS:
             fsio.ensure_dir(self.root / tier)
+        self._pinned = fsio.PinnedDir.pin(self.root)
         removed = fsio.remove_stale_temp_files([self.root / t for t in TIERS])
         self.hot.load()
         self.cold.load()
@@ -121,6 +130,27 @@ class Workspace:
     def pending(self) -> int:
         return len(self._queue)
 
+    @property
+    def pinned(self) -> fsio.PinnedDir:
+        if self._pinned is None:
+            self._pinned = fsio.PinnedDir.pin(self.root)
+        return self._pinned
+
+    def check_identity(self) -> None:
+        """Raise StorageError unless the workspace path still names the directory memd opened (not a symlink
+        swapped in, not another directory moved into its place). Status shows why until it holds again."""
+        try:
+            self.pinned.verify()
+        except OSError as exc:
+            message = f"workspace {self.name!r}: {exc.strerror or exc}"
+            if self.health.identity_error != message:
+                log.error("%s", message)
+            self.health.identity_error = message
+            raise StorageError(message, data={"errno": exc.errno, "path": str(self.root)}) from None
+        if self.health.identity_error:
+            log.info("workspace %s: its directory is the one memd opened again", self.name)
+            self.health.identity_error = ""
+
     # --- writes ---------------------------------------------------------------------------------------------
 
     async def write(self, edit: Edit[T]) -> T:
@@ -143,8 +173,12 @@ class Workspace:
 
     def _begin_batch(self) -> None:
         batch, self._queue = self._queue, []
+        self._plan_and_write(batch, 0)
+
+    def _plan_and_write(self, batch: list[tuple[Edit[Any], asyncio.Future[Any]]], replans: int) -> None:
+        """Plan `batch` and hand its writes to a worker; ends the batch here unless a worker now has it."""
         try:
-            plan = self._plan(batch)
+            plan = self._plan(batch, replans)
         except BaseException as exc:  # a bug: fail the batch loudly rather than hang its clients (and the writer)
             log.exception("workspace %s: batch failed unexpectedly", self.name)
             fail_futures((f for _, f in batch), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
@@ -161,7 +195,7 @@ class Workspace:
             self._in_flight = plan
             loop = asyncio.get_running_loop()
             try:
-                done = self._io.submit(apply_writes, self.root, plan.writes)
+                done = self._io.submit(apply_writes, self.pinned, plan.writes)
             except RuntimeError as exc:  # the executor is shut down: the daemon is stopping
                 self._in_flight = None
                 fail_futures((f for _, f in batch), ShuttingDown(f"memd is shutting down ({exc}); nothing was written"))
@@ -181,15 +215,23 @@ class Workspace:
         except Exception:
             log.exception("workspace %s: counting tokens ahead failed", self.name)
 
-    def _plan(self, batch: list[tuple[Edit[Any], asyncio.Future[Any]]]) -> Batch | None:
-        """Apply each request's edit to a draft and turn the draft into file writes. None: the batch failed."""
+    def _plan(self, batch: list[tuple[Edit[Any], asyncio.Future[Any]]], replans: int = 0) -> Batch | None:
+        """Apply each request's edit to a draft and turn the draft into file writes. None: the batch failed.
+        A request that already failed (or was cancelled) in an earlier plan of the same batch is not run again."""
+        try:
+            self.check_identity()  # before the edits read anything through the workspace path
+        except StorageError as exc:
+            self.health.write_fault = True
+            self.health.last_write_error = exc.message
+            fail_futures((f for _, f in batch), exc)
+            return None
         now = self.clock.now()
         local = now.astimezone(self.tz)
         today = local.date()
         draft = Draft(now, local, self.hot, self.cold)
         accepted: list[tuple[asyncio.Future[Any], Any]] = []
         for edit, future in batch:
-            if future.cancelled():
+            if future.done():
                 continue
             hot, cold, logged = draft.hot, draft.cold, len(draft.warm)
             try:
@@ -200,7 +242,7 @@ class Workspace:
                 if not isinstance(exc, MemdError):
                     log.exception("workspace %s: an edit failed", self.name)
                 future.set_exception(exc)
-        plan = Batch(draft, today, accepted)
+        plan = Batch(draft, today, accepted, batch, replans)
         if draft.warm:
             try:
                 self.warm.refresh_day(today)
@@ -217,9 +259,13 @@ class Workspace:
 
     def _written(self, plan: Batch, done: Future[list[fsio.Fingerprint]]) -> None:
         self._in_flight = None
+        replanned = False
         try:
             try:
                 fps = done.result()
+            except fsio.OutsideChange as exc:
+                replanned = self._replan(plan, exc)
+                return
             except OSError as exc:
                 self._fail(plan.accepted, exc)
                 return
@@ -233,7 +279,29 @@ class Workspace:
             failure = exc if isinstance(exc, Exception) else ShuttingDown("memd is shutting down; nothing was written")
             fail_futures((f for f, _ in plan.accepted), failure)
         finally:
-            self._end_batch()
+            if not replanned:  # else the new attempt is in a worker's hands, or has ended the batch itself
+                self._end_batch()
+
+    def _replan(self, plan: Batch, exc: fsio.OutsideChange) -> bool:
+        """A person saved a file this batch replaces between planning and publishing; nothing of the batch was
+        written. Read their version and plan the same requests again on top of it. False: gave up (the batch
+        fails with a StorageError: a file rewritten that often by someone else needs a look)."""
+        self.health.replans += 1
+        if plan.replans >= MAX_REPLANS:
+            message = (
+                f"{exc.path} changed outside memd during each of {MAX_REPLANS + 1} attempts to publish a batch of "
+                f"workspace {self.name!r}; nothing was written or acknowledged: stop the tool rewriting it, then retry"
+            )
+            log.error("%s", message)
+            fail_futures((f for f, _ in plan.accepted), StorageError(message, data={"path": str(exc.path)}))
+            return False
+        log.info("workspace %s: %s was saved outside memd while publishing; planning again on it", self.name, exc.path)
+        if exc.path == self.hot.path:
+            self.hot.load()
+        elif exc.path == self.cold.path:
+            self.cold.load()
+        self._plan_and_write(plan.requests, plan.replans + 1)
+        return True
 
     def _acknowledge(self, plan: Batch, changed: frozenset[str]) -> None:
         self.health.batches += 1
@@ -264,11 +332,11 @@ class Workspace:
             self.warm.commit_append(plan.today, fp, plan.warm_write, draft.warm, tokens)
             changed.add("warm")
         if plan.cold_write is not None and draft.cold is not None:
-            self.cold.commit(draft.cold, by_write[id(plan.cold_write)])
+            self.cold.commit(draft.cold, plan.cold_write, by_write[id(plan.cold_write)])
             changed.add("cold")
         if plan.hot_write is not None and draft.hot is not None:
             tokens = self.hot.count(draft.hot) if plan.hot_tokens is None else plan.hot_tokens
-            self.hot.commit(draft.hot, by_write[id(plan.hot_write)], tokens)
+            self.hot.commit(draft.hot, plan.hot_write, by_write[id(plan.hot_write)], tokens)
             changed.add("hot")
         return frozenset(changed)
 
@@ -293,7 +361,7 @@ class Workspace:
         """Make `paths` hold exactly `files` (relative path -> bytes), durably. Returns the paths changed."""
         loop = asyncio.get_running_loop()
         async with self._exclusive:
-            changed = await loop.run_in_executor(self._io, replace_tree, self.root, files, paths)
+            changed = await loop.run_in_executor(self._io, replace_tree, self.pinned, files, paths)
             self.hot.load()
             self.cold.load()
             self.warm.scan()
@@ -306,17 +374,23 @@ class Workspace:
         policy = self.config.warm
         today = self.today()
         loop = asyncio.get_running_loop()
-        removed: list[str] = []
+        outcome = retention.SweepOutcome()
+        self.check_identity()
         plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
         if plan.expired and not dry_run:
+            held = None  # what git holds of warm/ (None: snapshots off or without warm, nothing is checked)
             if self.before_destructive is not None:  # commits the files first; takes the writer itself
-                await self.before_destructive(self, "retention")
+                held = await self.before_destructive(self, "retention")
             async with self._exclusive:
+                self.check_identity()
                 # Planned again under the writer: only what is still expired (and was just committed) goes.
                 plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
-                action = retention.archive_expired if policy.mode == "archive" else retention.delete_expired
                 try:
-                    removed = await loop.run_in_executor(self._io, action, plan)
+                    if policy.mode == "archive":
+                        max_bytes = policy.archive_max_bytes
+                        outcome = await loop.run_in_executor(self._io, retention.archive_expired, plan, held, max_bytes)
+                    else:
+                        outcome = await loop.run_in_executor(self._io, retention.delete_expired, plan, held)
                 except OSError as exc:
                     raise StorageError(
                         f"retention sweep of {self.name!r} stopped: {exc.strerror or exc} ({exc.filename or ''}); "
@@ -332,9 +406,12 @@ class Workspace:
             "retention_days": policy.retention_days,
             "today": today.isoformat(),
             "expired": list(plan.expired),
-            "removed": removed,
+            "removed": outcome.removed,
+            "kept": [{"day": day, "reason": reason} for day, reason in outcome.kept.items()],
+            "warnings": outcome.warnings,
             "at": self.clock.now().isoformat(timespec="seconds"),
         }
+        removed = outcome.removed
         if removed:
             details = (("mode", policy.mode), ("removed", ", ".join(removed)))
             try:
@@ -349,7 +426,12 @@ class Workspace:
 
     def refresh(self) -> set[str]:
         """Adopt outside changes before a read. A file that a worker is writing right now is left alone (its new
-        fingerprint is memd's own, not yet published; the next batch that touches it checks it again)."""
+        fingerprint is memd's own, not yet published; the next batch that touches it checks it again). Reads
+        nothing when the workspace directory was swapped (`check_identity` raises for the caller that must know)."""
+        try:
+            self.check_identity()
+        except StorageError:  # nothing is read from a swapped-in directory; status says why
+            return set()
         writing = self._in_flight
         changed = set()
         if (writing is None or writing.hot_write is None) and self.hot.refresh():

@@ -25,6 +25,7 @@ class ColdStore:
         self.error: CorruptFile | None = None
         self.tokens = 0
         self._learnings: list[Learning] | None = None
+        self.raw: bytes | None = None  # the bytes `text` came from (or was written as): what a publish expects there
 
     def load(self) -> None:
         self.fingerprint = fsio.fingerprint(self.path)
@@ -33,6 +34,7 @@ class ColdStore:
         except CorruptFile as exc:
             self.error = exc
             return
+        self.raw = data
         try:
             self.text = "" if data is None else data.decode("utf-8")
             self.error = None
@@ -60,12 +62,14 @@ class ColdStore:
         return self._learnings
 
     def write_for(self, text: str) -> fsio.FileWrite:
-        return fsio.FileWrite(self.path, text.encode("utf-8"), append=False)
+        """A replace guarded by the bytes the current text came from (a person's `>>` meanwhile is not lost)."""
+        return fsio.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
 
-    def commit(self, text: str, fp: fsio.Fingerprint) -> None:
+    def commit(self, text: str, write: fsio.FileWrite, fp: fsio.Fingerprint) -> None:
         """Record a durable rewrite; tokens grow by what the edit inserted (lines, headings, preamble)."""
         self.tokens += self._inserted_tokens(self.text, text)
         self.text = text
+        self.raw = write.data
         self.fingerprint = fp
         self._learnings = None
         self.error = None

@@ -25,6 +25,7 @@ class HotStore:
         self.error: CorruptFile | None = None
         self.tokens = 0
         self.exists = False
+        self.raw: bytes | None = None  # the bytes `doc` came from (or was written as): what a publish expects there
 
     def load(self) -> None:
         """(Re)read the file. A corrupt file keeps the last good document and records the error."""
@@ -39,11 +40,13 @@ class HotStore:
             self.exists = False
             self.error = None
             self.doc = hot_format.empty_doc()
+            self.raw = None
         else:
             try:
                 self.doc = hot_format.parse(data, str(self.path))
                 self.exists = True
                 self.error = None
+                self.raw = data
             except CorruptFile as exc:
                 self.error = exc
         self.tokens = self.count(self.doc)
@@ -63,10 +66,12 @@ class HotStore:
         return self._counter.count_lines(hot_format.render_lines(doc))
 
     def write_for(self, doc: HotDoc) -> fsio.FileWrite:
-        return fsio.FileWrite(self.path, hot_format.serialize(doc), append=False)
+        """A replace guarded by the bytes `doc`'s base came from: published only if the file still holds them."""
+        return fsio.FileWrite(self.path, hot_format.serialize(doc), append=False, guarded=True, expected=self.raw)
 
-    def commit(self, doc: HotDoc, fp: fsio.Fingerprint, tokens: int) -> None:
+    def commit(self, doc: HotDoc, write: fsio.FileWrite, fp: fsio.Fingerprint, tokens: int) -> None:
         self.doc = doc
+        self.raw = write.data
         self.fingerprint = fp
         self.tokens = tokens
         self.exists = True

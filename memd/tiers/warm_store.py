@@ -112,7 +112,9 @@ class WarmStore:
                 known.ends_with_newline = self._ends_with_newline(day, known.fingerprint.size)
             if not known.ends_with_newline:  # another tool left the last line open: do not glue onto it
                 prefix = "\n"
-        return fsio.FileWrite(self.path_for(day), (prefix + "".join(rendered)).encode("utf-8"), append=True)
+        size = 0 if known is None or known.fingerprint is None else known.fingerprint.size
+        data = (prefix + "".join(rendered)).encode("utf-8")
+        return fsio.FileWrite(self.path_for(day), data, append=True, expected_size=size)
 
     def _ends_with_newline(self, day: date, size: int) -> bool:
         return fsio.last_byte(self.path_for(day), size) == b"\n"
@@ -126,12 +128,18 @@ class WarmStore:
     ) -> None:
         """Record a durable append that added `added` tokens."""
         known = self.days.setdefault(day, DayFile(None, tokens=0))
-        if known.tokens is not None:
-            known.tokens += added
-        if known.entries is not None:
-            known.entries.extend(entries)
+        planned = (write.expected_size or 0) + len(write.data)
+        if fp.size != planned:  # someone else appended around memd's append: count and parse the file again
+            known.tokens = None
+            known.entries = None
+            known.ends_with_newline = None
+        else:
+            if known.tokens is not None:
+                known.tokens += added
+            if known.entries is not None:
+                known.entries.extend(entries)
+            known.ends_with_newline = write.data.endswith(b"\n")
         known.fingerprint = fp
-        known.ends_with_newline = write.data.endswith(b"\n")
         self.version += 1
 
     def tokens_for(self, day: date) -> int:

@@ -309,19 +309,15 @@ def test_a_failed_disk_write_fails_the_whole_batch_and_changes_nothing(
     assert notes == ["kept note", "later note"]
 
 
-def test_a_write_failing_half_way_through_a_batch_is_not_acknowledged_and_the_disk_is_reread(
+def test_a_write_failing_half_way_through_a_batch_is_not_acknowledged_and_leaves_the_files_as_they_were(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run(note("first"), ws=ws)
-    real_apply = fsio.apply_writes
 
-    def fail_the_replace(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
-        replaces = [w for w in writes if not w.append]  # the warm append reaches the disk, the hot replace fails
-        if replaces:
-            raise OSError(errno.EIO, "Input/output error", str(replaces[0].path))
-        return real_apply(writes)
+    def fail_the_append(path: Path, data: bytes, mode: int = 0o644, expected_size: int | None = None) -> None:
+        raise OSError(errno.EIO, "Input/output error", str(path))  # the hot replace is published, the append fails
 
-    monkeypatch.setattr("memd.workspace.fsio.apply_writes", fail_the_replace)
+    monkeypatch.setattr("memd.fsio.durable_append", fail_the_append)
 
     results = run(log("entry"), note("second"), ws=ws)
 
@@ -330,10 +326,13 @@ def test_a_write_failing_half_way_through_a_batch_is_not_acknowledged_and_the_di
     run(log("after"), ws=ws)
 
     entries = warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))
-    assert [e.action for e in entries] == ["entry", "after"]  # what reached the disk is known, not duplicated
-    assert [e.action for e in ws.warm.entries_for(START.date())] == ["entry", "after"]
+    assert [e.action for e in entries] == ["after"]
+    assert [e.action for e in ws.warm.entries_for(START.date())] == ["after"]
     assert ws.usage()["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
+    # The hot replace that went in before the append failed was put back: a failed batch changes nothing.
     assert [n["text"] for n in ws.hot.doc["notes"]] == ["first"]
+    assert [n["text"] for n in json.loads(context_json(ws).read_bytes())["notes"]] == ["first"]
+    assert not [p for p in (ws.root / "hot").iterdir() if fsio.is_temp_name(p.name)]
 
 
 # --- nothing is overwritten blind ----------------------------------------------------------------------------

@@ -1,0 +1,355 @@
+"""Specification of contract 2 at publish time: a person's save that lands between planning a batch and
+publishing it is never replaced (memd.fsio's guarded replace, the writer's re-plan), and a workspace whose
+directory was swapped for another is never written, read or swept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clocks import START, FixedClock
+
+from memd import fsio
+from memd.batch import Draft
+from memd.config import WorkspaceConfig
+from memd.errors import StorageError
+from memd.tiers import hot_format, warm_format
+from memd.tokens import TokenCounter
+from memd.workspace import Workspace
+
+
+@pytest.fixture(params=["renameat2", "compare-then-rename"])
+def publish_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Both ways of publishing: RENAME_EXCHANGE, and the fallback for filesystems without it."""
+    if request.param == "compare-then-rename":
+        monkeypatch.setattr(fsio.RENAMES, "supported", False)
+    else:
+        assert fsio.RENAMES.supported, "this machine's kernel and filesystem support renameat2(RENAME_EXCHANGE)"
+    yield request.param
+
+
+def temps(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if fsio.is_temp_name(p.name)]
+
+
+# --- fsio: the guarded replace ----------------------------------------------------------------------------------
+
+
+def test_a_guarded_replace_over_the_planned_bytes_is_published(tmp_path: Path, publish_mode: str) -> None:
+    target = tmp_path / "context.json"
+    target.write_bytes(b"planned-from")
+
+    fsio.apply_writes([fsio.FileWrite(target, b"new", append=False, guarded=True, expected=b"planned-from")])
+
+    assert target.read_bytes() == b"new"
+    assert temps(tmp_path) == []
+
+
+def test_a_rename_over_save_after_planning_is_kept_and_reported(tmp_path: Path, publish_mode: str) -> None:
+    target = tmp_path / "context.json"
+    target.write_bytes(b"planned-from")
+    saved = tmp_path / "editor-tmp"
+    saved.write_bytes(b"the person's save")
+    os.replace(saved, target)  # what editors do, between memd's planning and its publishing
+
+    with pytest.raises(fsio.OutsideChange):
+        fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")])
+
+    assert target.read_bytes() == b"the person's save"
+    assert temps(tmp_path) == []
+
+
+def test_an_in_place_append_of_the_same_size_class_is_seen_by_content_not_by_metadata(
+    tmp_path: Path, publish_mode: str
+) -> None:
+    target = tmp_path / "MEMORY.md"
+    target.write_bytes(b"# Agent Memory\n")
+    before = os.stat(target)
+    with target.open("r+b") as f:  # same inode, same size, same coarse mtime tick: only the bytes differ
+        f.write(b"# Agent Memorx\n")
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    with pytest.raises(fsio.OutsideChange):
+        fsio.apply_writes([fsio.FileWrite(target, b"x", append=False, guarded=True, expected=b"# Agent Memory\n")])
+
+    assert target.read_bytes() == b"# Agent Memorx\n"
+
+
+def test_a_file_created_by_someone_else_after_planning_is_not_replaced(tmp_path: Path, publish_mode: str) -> None:
+    target = tmp_path / "context.json"
+    target.write_bytes(b"created meanwhile")
+
+    with pytest.raises(fsio.OutsideChange):
+        fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=None)])
+
+    assert target.read_bytes() == b"created meanwhile"
+
+
+def test_a_file_deleted_after_planning_is_a_change_too(tmp_path: Path, publish_mode: str) -> None:
+    target = tmp_path / "context.json"
+
+    with pytest.raises(fsio.OutsideChange):
+        fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"was here")])
+
+    assert not target.exists()
+    assert temps(tmp_path) == []
+
+
+def test_guarded_replaces_go_in_all_or_none(tmp_path: Path, publish_mode: str) -> None:
+    cold, hot = tmp_path / "MEMORY.md", tmp_path / "context.json"
+    cold.write_bytes(b"cold as planned")
+    hot.write_bytes(b"hot edited by a person")
+    writes = [
+        fsio.FileWrite(cold, b"cold by memd", append=False, guarded=True, expected=b"cold as planned"),
+        fsio.FileWrite(hot, b"hot by memd", append=False, guarded=True, expected=b"hot as planned"),
+    ]
+
+    with pytest.raises(fsio.OutsideChange) as caught:
+        fsio.apply_writes(writes)
+
+    assert caught.value.path == hot
+    assert cold.read_bytes() == b"cold as planned"  # published, then put back
+    assert hot.read_bytes() == b"hot edited by a person"
+    assert temps(tmp_path) == []
+
+
+def test_a_failed_append_puts_the_batchs_replaces_back(tmp_path: Path, publish_mode: str) -> None:
+    hot = tmp_path / "context.json"
+    hot.write_bytes(b"before")
+    log = tmp_path / "day.md"
+    log.mkdir()  # an append to a directory fails after the replace was published
+
+    with pytest.raises(OSError):
+        fsio.apply_writes(
+            [
+                fsio.FileWrite(hot, b"after", append=False, guarded=True, expected=b"before"),
+                fsio.FileWrite(log, b"entry\n", append=True),
+            ]
+        )
+
+    assert hot.read_bytes() == b"before"
+    assert temps(tmp_path) == []
+
+
+def test_an_append_after_someone_left_the_last_line_open_starts_on_a_new_line(tmp_path: Path) -> None:
+    day = tmp_path / "2024-03-15.md"
+    day.write_bytes(b"# day\n")
+    planned = day.stat().st_size
+    with day.open("ab") as f:
+        f.write(b"a person's line without a newline")
+
+    fsio.apply_writes([fsio.FileWrite(day, b"### 10:00:00 - memd\n", append=True, expected_size=planned)])
+
+    assert day.read_bytes() == b"# day\na person's line without a newline\n### 10:00:00 - memd\n"
+
+
+# --- the writer: plan again on the person's version -------------------------------------------------------------
+
+
+class PersonBeforePublish(ThreadPoolExecutor):
+    """An I/O executor that lets a person save a file after memd planned a batch and before it publishes it:
+    exactly the instant the old writer did not look at."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="test-io")
+        self.edits: list[Callable[[], None]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        edits, self.edits = self.edits, []
+
+        def run() -> Any:
+            for edit in edits:
+                edit()
+            return fn(*args, **kwargs)
+
+        return super().submit(run)
+
+
+@pytest.fixture
+def person_io() -> Iterator[PersonBeforePublish]:
+    executor = PersonBeforePublish()
+    yield executor
+    executor.shutdown()
+
+
+@pytest.fixture
+def ws(tmp_path: Path, counter: TokenCounter, person_io: PersonBeforePublish) -> Workspace:
+    workspace = Workspace(WorkspaceConfig("alpha", tmp_path / "alpha"), counter, FixedClock(START), person_io)
+    workspace.open()
+    return workspace
+
+
+def note(text: str) -> Callable[[Draft], Any]:
+    def edit(draft: Draft) -> dict[str, Any]:
+        doc, added = hot_format.add_note(draft.edit_hot(), text, draft.now)
+        draft.set_hot(doc)
+        return added
+
+    return edit
+
+
+def write(ws: Workspace, *edits: Callable[[Draft], Any]) -> list[Any]:
+    async def go() -> list[Any]:
+        return list(await asyncio.gather(*(ws.write(e) for e in edits), return_exceptions=True))
+
+    return asyncio.run(go())
+
+
+def rename_over(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".swp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def test_a_hot_save_between_planning_and_publishing_survives_with_the_agents_note(
+    ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
+) -> None:
+    write(ws, note("first"))
+    hot = ws.root / "hot" / "context.json"
+    person = {**json.loads(hot.read_bytes()), "task": "set by a person", "owner": "kim"}
+    person_io.edits.append(lambda: rename_over(hot, json.dumps(person).encode()))
+
+    results = write(ws, note("second"))
+
+    assert not isinstance(results[0], BaseException)
+    on_disk = json.loads(hot.read_bytes())
+    assert (on_disk["task"], on_disk["owner"]) == ("set by a person", "kim")
+    assert [n["text"] for n in on_disk["notes"]] == ["first", "second"]
+    assert ws.hot.doc == hot_format.parse(hot.read_bytes(), str(hot))
+    assert ws.health.replans == 1
+
+
+def test_a_learning_appended_with_shell_redirection_meanwhile_is_kept(
+    ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
+) -> None:
+    write(ws, lambda d: d.learn("Testing", "memd's first"))
+    memory = ws.root / "cold" / "MEMORY.md"
+
+    def append() -> None:
+        with memory.open("a", encoding="utf-8") as f:
+            f.write("- [2024-03-15] appended by a person\n")
+
+    person_io.edits.append(append)
+
+    write(ws, lambda d: d.learn("Testing", "memd's second"))
+
+    text = memory.read_text(encoding="utf-8")
+    for line in ("memd's first", "appended by a person", "memd's second"):
+        assert text.count(line) == 1, text
+
+
+def test_the_warm_append_of_a_replanned_batch_is_made_once(
+    ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
+) -> None:
+    write(ws, note("first"))
+    hot = ws.root / "hot" / "context.json"
+    person_io.edits.append(lambda: rename_over(hot, hot.read_bytes().replace(b"first", b"first, edited")))
+
+    def decide(draft: Draft) -> None:
+        draft.set_hot(hot_format.add_decision(draft.edit_hot(), "ship", "tests pass", None, draft.now)[0])
+        draft.log("decision: ship")
+
+    write(ws, decide)
+
+    entries = warm_format.parse_day((ws.root / "warm" / "2024-03-15.md").read_text(encoding="utf-8"))
+    assert [e.action for e in entries] == ["decision: ship"]
+    doc = json.loads(hot.read_bytes())
+    assert [n["text"] for n in doc["notes"]] == ["first, edited"]
+    assert [d["action"] for d in doc["decisions"]] == ["ship"]
+
+
+def test_a_file_rewritten_before_every_attempt_fails_the_batch_with_a_clear_error(
+    ws: Workspace, person_io: PersonBeforePublish
+) -> None:
+    write(ws, note("first"))
+    hot = ws.root / "hot" / "context.json"
+    counter = iter(range(1000))
+
+    class Always(list[Callable[[], None]]):
+        def __bool__(self) -> bool:
+            return True
+
+    def churn() -> None:
+        doc = json.loads(hot.read_bytes())
+        rename_over(hot, json.dumps({**doc, "churn": next(counter)}).encode())
+
+    person_io.submit = _always_before(person_io, churn)  # type: ignore[method-assign]
+
+    results = write(ws, note("second"))
+
+    assert isinstance(results[0], StorageError)
+    assert "changed outside memd" in results[0].message
+    assert "second" not in hot.read_text(encoding="utf-8")
+
+
+def _always_before(executor: ThreadPoolExecutor, edit: Callable[[], None]) -> Callable[..., Future[Any]]:
+    submit = ThreadPoolExecutor.submit
+
+    def run_after_edit(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        def run() -> Any:
+            edit()
+            return fn(*args, **kwargs)
+
+        return submit(executor, run)
+
+    return run_after_edit
+
+
+# --- the workspace directory is pinned ------------------------------------------------------------------------
+
+
+def test_a_workspace_swapped_for_a_symlink_to_another_is_never_written_there(ws: Workspace, tmp_path: Path) -> None:
+    write(ws, note("alpha's"))
+    other = tmp_path / "bob"
+    (other / "hot").mkdir(parents=True)
+    (other / "hot" / "context.json").write_text('{"task": "bob\'s"}', encoding="utf-8")
+    os.rename(ws.root, tmp_path / "alpha-moved-away")
+    os.symlink(other, ws.root)
+
+    results = write(ws, note("written after the swap"))
+
+    assert isinstance(results[0], StorageError)
+    assert "symlink" in results[0].message
+    assert (other / "hot" / "context.json").read_text(encoding="utf-8") == '{"task": "bob\'s"}'
+    assert sorted(p.name for p in other.iterdir()) == ["hot"]
+    with pytest.raises(StorageError):
+        ws.check_identity()
+    assert ws.refresh() == set()
+    assert ws.hot.doc["task"] != "bob's"
+    assert "symlink" in ws.health.identity_error
+    with pytest.raises(StorageError):
+        asyncio.run(ws.sweep(dry_run=True))
+
+
+def test_another_directory_moved_into_the_workspaces_place_is_refused(ws: Workspace, tmp_path: Path) -> None:
+    write(ws, note("alpha's"))
+    os.rename(ws.root, tmp_path / "alpha-moved-away")
+    (ws.root / "hot").mkdir(parents=True)
+
+    results = write(ws, note("after"))
+
+    assert isinstance(results[0], StorageError)
+    assert "no longer the directory memd opened" in results[0].message
+    assert not (ws.root / "hot" / "context.json").exists()
+
+
+def test_identity_holds_again_once_the_directory_is_back(ws: Workspace, tmp_path: Path) -> None:
+    write(ws, note("alpha's"))
+    os.rename(ws.root, tmp_path / "away")
+    os.symlink(tmp_path / "away", ws.root)
+    assert isinstance(write(ws, note("refused"))[0], StorageError)
+    os.unlink(ws.root)
+    os.rename(tmp_path / "away", ws.root)
+
+    assert not isinstance(write(ws, note("accepted"))[0], BaseException)
+    assert ws.health.identity_error == ""
+    assert [n["text"] for n in json.loads((ws.root / "hot" / "context.json").read_bytes())["notes"]] == [
+        "alpha's",
+        "accepted",
+    ]
