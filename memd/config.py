@@ -68,6 +68,7 @@ class WarmConfig:
     timezone: str = "UTC"
     sweep_cron: str = "30 3 * * *"
     mode: Literal["delete", "archive"] = "delete"
+    archive_max_bytes: int = 64 * 1024 * 1024  # the most one archive file may decompress to (read or written)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,8 @@ class CheckpointConfig:
     recent_share: float = 0.2
     backoff_seconds: float = 60.0
     backoff_max_seconds: float = 21600.0
+    min_fact_coverage: float = 0.6
+    flush_to_warm: bool = True
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,15 @@ class JobsConfig:
     budget_scan_interval_seconds: float = 300.0
     misfire_grace_seconds: float = 3600.0
     job_timeout_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """The largest tier files memd reads (bytes); a bigger file is a storage error, never read whole."""
+
+    hot_max_bytes: int = 4 << 20
+    cold_max_bytes: int = 16 << 20
+    warm_day_max_bytes: int = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -150,6 +162,7 @@ class Config:
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     workspaces: Mapping[str, WorkspaceConfig] = field(default_factory=dict)
     source: Path | None = None  # the file this came from; None for the embedded default
 
@@ -168,6 +181,7 @@ _SECTIONS: dict[str, type] = {
     "discovery": DiscoveryConfig,
     "watch": WatchConfig,
     "jobs": JobsConfig,
+    "limits": LimitsConfig,
 }
 _WORKSPACE_KEYS = {"path", "budget", "warm", "readers", "writers"}
 

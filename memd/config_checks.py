@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -15,14 +16,48 @@ if TYPE_CHECKING:
     from memd.config import BudgetConfig, Config, WarmConfig
 
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
+TIER_MAX_BYTES_RANGE = (1 << 20, 1 << 30)  # a tier file is read whole into memory: bounded both ways
+ARCHIVE_MAX_BYTES_RANGE = (1 << 20, 1 << 30)  # decompressed in memory when read: bounded both ways
 
 
 def validate(config: Config, errors: list[str]) -> None:
     """Range and consistency checks. Each runs on its own, so a wrongly typed value (already reported) cannot
     hide the other problems."""
-    for check in (_validate_server, _validate_tiers, _validate_jobs):
+    for check in (_validate_server, _validate_tiers, _validate_jobs, _validate_workspace_paths, _validate_limits):
         with contextlib.suppress(TypeError, ValueError):
             check(config, errors)
+
+
+def directory_identity(path: Path) -> tuple[int, int] | str:
+    """Which directory `path` names, symlinks and `..` resolved: its device and inode when it exists (so a bind
+    mount is the same directory too), else its resolved path. Two workspaces with one identity are one directory."""
+    resolved = os.path.realpath(path)
+    try:
+        st = os.stat(resolved)
+    except OSError:
+        return resolved
+    return (st.st_dev, st.st_ino)
+
+
+def _validate_workspace_paths(config: Config, errors: list[str]) -> None:
+    """One writer per workspace: the same directory under two names is refused, both names in the message."""
+    seen: dict[tuple[int, int] | str, str] = {}
+    for name, ws in config.workspaces.items():
+        identity = directory_identity(ws.path)
+        first = seen.setdefault(identity, name)
+        if first != name:
+            errors.append(
+                f"workspaces.{first}.path and workspaces.{name}.path: {config.workspaces[first].path} and {ws.path} "
+                f"are the same directory ({os.path.realpath(ws.path)}); a workspace has one name, keep one of them"
+            )
+
+
+def _validate_limits(config: Config, errors: list[str]) -> None:
+    low, high = TIER_MAX_BYTES_RANGE
+    for key in ("hot_max_bytes", "cold_max_bytes", "warm_day_max_bytes"):
+        value = getattr(config.limits, key)
+        if isinstance(value, int) and not low <= value <= high:
+            errors.append(f"limits.{key}: must be between {low} (1 MiB) and {high} (1 GiB), got {value}")
 
 
 def _validate_tiers(config: Config, errors: list[str]) -> None:
@@ -79,6 +114,8 @@ def _validate_jobs(config: Config, errors: list[str]) -> None:
     _positive(errors, "checkpoint.backoff_seconds", cp.backoff_seconds)
     if cp.backoff_max_seconds < cp.backoff_seconds:
         errors.append("checkpoint.backoff_max_seconds: must be at least checkpoint.backoff_seconds")
+    if not 0 <= cp.min_fact_coverage <= 1:
+        errors.append("checkpoint.min_fact_coverage: must be in [0, 1]")
     llm = config.llm
     _positive(errors, "llm.timeout_seconds", llm.timeout_seconds)
     _positive(errors, "llm.deadline_seconds", llm.deadline_seconds)
@@ -109,6 +146,11 @@ def _validate_warm(w: WarmConfig, where: str, errors: list[str]) -> None:
         errors.append(f"{where}.timezone: unknown time zone {w.timezone!r} (use an IANA name such as 'Europe/Paris')")
     if len(w.sweep_cron.split()) != 5:
         errors.append(f"{where}.sweep_cron: expected 5 crontab fields (minute hour day month weekday)")
+    if not ARCHIVE_MAX_BYTES_RANGE[0] <= w.archive_max_bytes <= ARCHIVE_MAX_BYTES_RANGE[1]:
+        errors.append(
+            f"{where}.archive_max_bytes: must be between {ARCHIVE_MAX_BYTES_RANGE[0]} (1 MiB) and "
+            f"{ARCHIVE_MAX_BYTES_RANGE[1]} (1 GiB)"
+        )
 
 
 def _positive(errors: list[str], where: str, value: Any, minimum: float = 0) -> None:

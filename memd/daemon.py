@@ -59,7 +59,10 @@ class Daemon:
         self.snapshots = Snapshotter(
             config.snapshot, config.daemon.state_dir, self.git_io, config.snapshot.adopt_existing
         )
-        self.registry = Registry(config, self._open_workspace)
+        self.locks = listen.WorkspaceLocks()
+        self._lock_of: dict[Workspace, tuple[int, int]] = {}
+        self.registry = Registry(config, self._open_workspace, self._release_workspace)
+        self.registry.on_register = self.snapshots.track  # served from now on (a reload's prepared ones are not yet)
         self.registry.listeners.append(self.snapshots.on_change)
         self.checkpoints = Checkpointer(
             config.checkpoint,
@@ -68,6 +71,8 @@ class Daemon:
             config.llm.max_tokens_per_day,
             config.llm.deadline_seconds,
             time.monotonic,
+            fallback=ExtractiveSummarizer(self._counter(config.budget.encoding)),
+            spend_file=config.daemon.state_dir / "llm-spend.json",
         )
         self.registry.listeners.append(self.checkpoints.on_change)
         self.jobs = Jobs(config.jobs, config.daemon.state_dir / "jobs.json")
@@ -76,6 +81,7 @@ class Daemon:
         self._lock_fd: int | None = None
         self.listener: listen.Listener | None = None
         self.server: Server | None = None
+        self._retired: list[Server] = []  # servers of earlier socket paths, still serving their open connections
         self.notifier = notify.Notifier.from_env(env)
         self.started = time.time()
         self.last_reload: dict[str, Any] = {}
@@ -84,6 +90,9 @@ class Daemon:
 
     def workspaces(self) -> Mapping[str, Workspace]:
         return self.registry.workspaces
+
+    def refused(self) -> Mapping[str, str]:
+        return self.registry.refused
 
     async def sweep(self, workspace: str | None, dry_run: bool) -> dict[str, Any]:
         targets = [self.registry.workspaces[workspace]] if workspace else list(self.registry.workspaces.values())
@@ -115,6 +124,8 @@ class Daemon:
             "write_fault": ws.health.write_fault,
             "last_write_error": ws.health.last_write_error or None,
             "last_write_error_at": ws.health.last_write_error_at or None,
+            "replans": ws.health.replans,
+            "identity_error": ws.health.identity_error or None,
             "file_errors": errors,
             "last_sweep": ws.last_sweep or None,
             "snapshot": self.snapshots.status_for(ws.name),
@@ -131,11 +142,16 @@ class Daemon:
                 log.error("reload rejected, keeping the running config: %s", line)
             result = {"reloaded": False, "errors": exc.errors}
         except MemdError as exc:
-            log.error("reload failed, keeping the running config: %s", exc.message)
+            log.error("reload rejected, keeping the running config: %s", exc.message)
             result = {"reloaded": False, "errors": [exc.message]}
+        except Exception as exc:  # whatever went wrong, a reload never takes the daemon down
+            log.exception("reload rejected, keeping the running config: unexpected error")
+            result = {"reloaded": False, "errors": [f"unexpected error: {type(exc).__name__}: {exc} (see the log)"]}
         else:
             log.info("configuration reloaded (%d workspaces)", len(self.registry.workspaces))
             result = {"reloaded": True, "errors": [], "workspaces": sorted(self.registry.workspaces)}
+            if self.registry.refused:
+                result["refused"] = dict(self.registry.refused)
         self.last_reload = {"at": datetime.now(UTC).isoformat(timespec="seconds"), **result}
         self._notify("READY=1", self._status_line())
         return result
@@ -189,7 +205,7 @@ class Daemon:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.snapshots.flush("shutdown"), timeout)
         if self.server is not None:
-            await self.server.drain(timeout=1.0)
+            await asyncio.gather(*(s.drain(timeout=1.0) for s in (self.server, *self._retired)))
         listen.remove(self.listener)
         self.io.shutdown(wait=True)
         self.git_io.shutdown(wait=False, cancel_futures=True)
@@ -278,6 +294,22 @@ class Daemon:
         return ExtractiveSummarizer(self._counter(config.budget.encoding))
 
     def _open_workspace(self, ws_config: WorkspaceConfig) -> Workspace:
+        """Take the workspace's lock, then open it (Registry's factory). Raises StartupError."""
+        key = self.locks.acquire(ws_config.name, ws_config.path)
+        try:
+            ws = self._new_workspace(ws_config)
+        except BaseException:
+            self.locks.release(key)
+            raise
+        self._lock_of[ws] = key
+        return ws
+
+    def _release_workspace(self, ws: Workspace) -> None:
+        key = self._lock_of.pop(ws, None)
+        if key is not None:
+            self.locks.release(key)
+
+    def _new_workspace(self, ws_config: WorkspaceConfig) -> Workspace:
         ws = Workspace(
             ws_config,
             self._counter(ws_config.budget.encoding),
@@ -294,27 +326,26 @@ class Daemon:
             ) from exc
         for path in removed:
             log.info("workspace %s: removed stale temp file %s", ws_config.name, path)
-        self.snapshots.track(ws)
         return ws
 
     async def _apply(self, new: Config) -> None:
-        """Swap in a parsed config. Whatever can fail (token data, a new socket) is done before anything changes."""
+        """Swap in a parsed config. Whatever can fail (token data, workspaces, a new socket, modes) is done first
+        and undone when a later step fails, so a rejected reload leaves the daemon as it was; the swap cannot fail."""
         for ws_config in new.workspaces.values():
             self._counter(ws_config.budget.encoding)
         summarizer = self._summarizer(new)
         opened = self.registry.prepare(new)
-        assert self.server is not None
-        old_server = self.config.server
-        assert self.listener is not None
-        if new.server.socket != old_server.socket and not self.listener.activated:
-            listener = listen.listen(new.server, self.env, previous=self.listener.path)
-            old = self.server
-            self.server = Server(self._dispatch, self._authorize, _limits(new.server), TASKLESS)
-            await self.server.start(listener.sock)
+        assert self.server is not None and self.listener is not None
+        try:
+            moved = await self._prepare_socket(new)
+        except BaseException:
+            self.registry.discard(opened)
+            raise
+        if moved is not None:
+            (old_listener, old), (self.listener, self.server) = (self.listener, self.server), moved
             old.stop_accepting()
-            self.listener = listener
-        elif not self.listener.activated:
-            listen.apply_permissions(self.listener.path, new.server)
+            listen.remove(old_listener)
+            self._retired.append(old)  # its open connections are served to the end
         self.config = new
         self.server.limits = _limits(new.server)
         await self.registry.apply(new, opened)
@@ -328,6 +359,27 @@ class Daemon:
         self.checkpoints.deadline_seconds = new.llm.deadline_seconds
         self.jobs.config = new.jobs
         self._schedule_jobs()
+        self._retired = [s for s in self._retired if s.connections]
+        for server in (self.server, *self._retired):
+            server.recheck_peers()  # a uid the new config no longer allows is refused at its next request
+
+    async def _prepare_socket(self, new: Config) -> tuple[listen.Listener, Server] | None:
+        """Listen on a new socket path (returned with its server) or re-apply mode and group to the current one."""
+        assert self.listener is not None
+        if self.listener.activated:
+            return None
+        if new.server.socket == self.config.server.socket:
+            listen.apply_permissions(self.listener.path, new.server)
+            return None
+        listener = listen.listen(new.server, self.env)
+        server = Server(self._dispatch, self._authorize, _limits(new.server), TASKLESS)
+        try:
+            await server.start(listener.sock)
+        except BaseException:
+            listener.sock.close()
+            listen.remove(listener)
+            raise
+        return listener, server
 
     async def _watchdog(self, interval: float) -> None:
         while True:

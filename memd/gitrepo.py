@@ -4,7 +4,18 @@ Where the repository lives: `<workspace>/.git` when memd creates it there (so `g
 in the workspace), unless that would nest inside, or take over, a repository memd did not create: a workspace
 inside someone's project work tree, or one that already has its own `.git`, gets a separate git dir under the
 state directory (`core.worktree` pointing at the workspace), which never touches the outer repository. A
-`.git` that exists is used only if it says `memd.managed = true`, or if the config says to adopt it.
+`.git` that exists is used only if it says `memd.managed = true`, or if the config says to adopt it (a `.git`
+that is a symlink or a file never is).
+
+What a snapshot holds is memd's decision alone: the tier files are added with `--force`, so neither the user's
+global excludes (`core.excludesFile`) nor a `.gitignore` in the workspace keeps one out of git, and memd's own
+files (its `.memd-tmp-` temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on every
+`add`. A repository memd creates also gets `info/exclude` (so a person's `git add -A` skips those files too) and
+`info/attributes` that turn off end-of-line conversion and filters, so git stores each file's exact bytes.
+
+The workspace directory is pinned (device, inode) when this object is made: every git command first checks that
+the path is still that directory, not a symlink or another directory swapped in, so nothing is ever `git init`-ed
+or committed somewhere else.
 
 Every call: a timeout, `GIT_TERMINAL_PROMPT=0`, an explicit identity, hooks disabled, no detached gc,
 `core.fsync=all` for durable objects and refs, `safe.directory` set for the paths memd owns.
@@ -13,8 +24,10 @@ Imports only memd.errors.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -37,6 +50,14 @@ TRAILERS = (
     "Memd-Tokens-After",
 )
 _UNSAFE_MARKERS = ("MERGE_HEAD", "rebase-merge", "rebase-apply", "CHERRY_PICK_HEAD", "REVERT_HEAD", "BISECT_LOG")
+LOCK_FILE = ".memd.lock"  # the workspace lock at the workspace's root: never committed
+# Never staged, whatever anyone's ignore rules say (`add --force` ignores every exclude file, memd's own too).
+OWN_FILES_PATHSPECS = (":(exclude,glob)**/*.memd-tmp-*", f":(exclude,top){LOCK_FILE}")
+INFO_EXCLUDE = f"# written by memd\n*.memd-tmp-*\n.git.memd-tmp-*\n/{LOCK_FILE}\n"
+# Exact bytes in, exact bytes out: retention compares the committed blob with the file before it deletes.
+INFO_ATTRIBUTES = (
+    "# written by memd: store every file exactly as it is\n* -text -filter -ident -working-tree-encoding\n"
+)
 
 
 class GitError(MemdError):
@@ -115,18 +136,38 @@ class GitRepo:
         self.git_dir = git_dir
         self.git = git
         self.paths = tuple(paths)
+        self._root: tuple[int, int] | None = None  # (device, inode) of the workspace directory, pinned on first use
+        with contextlib.suppress(GitError):
+            self.check_root()
 
     @classmethod
     def locate(cls, work_tree: Path, separate_dir: Path, git: str, paths: Sequence[str], adopt: bool) -> GitRepo:
         """Choose where this workspace's snapshot repository lives (see the module docstring)."""
+        _root_identity(work_tree)  # a symlinked or missing workspace gets no repository anywhere
         own = work_tree / ".git"
-        if own.is_dir():
+        if _is_real_dir(own):
             if adopt or _managed_marker(git, own) == "true":
                 return cls(work_tree, own, git, paths)
             return cls(work_tree, separate_dir, git, paths)
-        if own.exists() or inside_other_work_tree(work_tree, git):
+        if os.path.lexists(own) or inside_other_work_tree(work_tree, git):
             return cls(work_tree, separate_dir, git, paths)
         return cls(work_tree, own, git, paths)
+
+    def check_root(self) -> None:
+        """Raise GitError unless the workspace path is still the directory this repository was made for."""
+        identity = _root_identity(self.work_tree)
+        if self._root is None:
+            self._root = identity
+        elif identity != self._root:
+            raise GitError(
+                f"workspace directory {self.work_tree} is no longer the directory memd opened (another was moved "
+                "into its place); no git command runs there"
+            )
+
+    def gone(self) -> bool:
+        """Was the repository deleted (nothing at all where its git dir was)? Checks the workspace first."""
+        self.check_root()
+        return not os.path.lexists(self.git_dir)
 
     # --- plumbing --------------------------------------------------------------------------------------------
 
@@ -142,6 +183,7 @@ class GitRepo:
     def _exec(
         self, args: Sequence[str], check: bool, timeout: float, input: bytes | None
     ) -> subprocess.CompletedProcess[bytes]:
+        self.check_root()
         cmd = [
             self.git,
             "-c", "core.hooksPath=/dev/null",
@@ -174,10 +216,11 @@ class GitRepo:
 
     def ensure(self, branch: str) -> None:
         """Create the repository on first use (memd-managed, with what it must ignore)."""
+        self.check_root()
         if (self.git_dir / "HEAD").exists():
+            if _managed_marker(self.git, self.git_dir) == "true":
+                self._write_own_rules(self.git_dir)  # repositories made by an older memd get them too
             return
-        if not self.work_tree.is_dir():
-            raise GitError(f"workspace directory {self.work_tree} is gone; not creating a repository for it")
         self.git_dir.parent.mkdir(parents=True, exist_ok=True)
         # Built under a temporary name and renamed into place, so a kill half-way never leaves a `.git` without
         # its memd.managed mark (which memd would then take for someone else's repository).
@@ -189,15 +232,32 @@ class GitRepo:
             self.run("init", "--quiet", f"--initial-branch={branch}")
             self.run("config", "memd.managed", "true")
             self.run("config", "core.worktree", str(self.work_tree))
-            exclude = self.git_dir / "info" / "exclude"
-            exclude.parent.mkdir(parents=True, exist_ok=True)
-            exclude.write_text("# written by memd\n*.memd-tmp-*\n.git.memd-tmp-*\n")
+            self._write_own_rules(self.git_dir)
+            self.check_root()  # the last look before the repository appears in the workspace
             os.rename(self.git_dir, final)
         except BaseException:
             shutil.rmtree(self.git_dir, ignore_errors=True)
             raise
         finally:
             self.git_dir = final
+
+    @staticmethod
+    def _write_own_rules(git_dir: Path) -> None:
+        """memd's `info/exclude` and `info/attributes` (only in repositories memd made; never in an adopted one)."""
+        info = git_dir / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        for name, text in (("exclude", INFO_EXCLUDE), ("attributes", INFO_ATTRIBUTES)):
+            path = info / name
+            try:
+                current = path.read_text()
+            except FileNotFoundError:
+                current = ""
+            have = set(current.splitlines())
+            missing = [line for line in text.splitlines() if line not in have]
+            if missing:  # added to, never rewritten: lines a person put there stay
+                path.write_text(
+                    current + ("" if not current or current.endswith("\n") else "\n") + "\n".join(missing) + "\n"
+                )
 
     def check_safe(self) -> None:
         for marker in _UNSAFE_MARKERS:
@@ -209,6 +269,7 @@ class GitRepo:
 
     def wait_for_index_lock(self, timeout: float = GIT_TIMEOUT) -> None:
         """Wait for a live git's index.lock; remove one left by a git that died (old, nobody running)."""
+        self.check_root()  # a stale lock is removed below: only ever in the workspace memd opened
         lock = self.git_dir / "index.lock"
         deadline = time.monotonic() + timeout
         while lock.exists():
@@ -230,11 +291,14 @@ class GitRepo:
         present = [p for p in self.paths if (self.work_tree / p).exists() or self._tracked(p)]
         if not present:
             return []
-        self.run("add", "--all", "--", *present)
+        # --force: nobody's ignore rules decide what memd keeps; memd's own files are excluded by pathspec.
+        self.run("add", "--all", "--force", "--", *present, *OWN_FILES_PATHSPECS)
         if self.returncode("rev-parse", "--verify", "--quiet", "HEAD") != 0:  # no commit yet
-            listing = self.run("ls-files", "-z", "--", *present)
+            listing = self.run("ls-files", "-z", "--", *present, *OWN_FILES_PATHSPECS)
         else:
-            listing = self.run("diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present)
+            listing = self.run(
+                "diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *OWN_FILES_PATHSPECS
+            )
         return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
 
     def _tracked(self, path: str) -> bool:
@@ -266,6 +330,20 @@ class GitRepo:
 
     def head(self) -> str:
         return self.run("rev-parse", "HEAD").decode().strip()
+
+    def committed_files(self, directory: str) -> tuple[str, dict[str, str]]:
+        """HEAD and the blob id of each regular file directly in `directory` at HEAD (name -> id), in one
+        `ls-tree`: what retention checks each day file against before it deletes it."""
+        head = self.head()
+        out = self.run("ls-tree", "-z", "--full-tree", head, "--", f"{directory}/")
+        blobs: dict[str, str] = {}
+        for record in out.split(b"\0"):
+            meta, _, path = record.partition(b"\t")
+            parts = meta.split()
+            if len(parts) == 3 and parts[1] == b"blob" and parts[0] in (b"100644", b"100755"):
+                name = path.decode("utf-8", "surrogateescape").rsplit("/", 1)[-1]
+                blobs[name] = parts[2].decode()
+        return head, blobs
 
     # --- history ---------------------------------------------------------------------------------------------
 
@@ -303,6 +381,7 @@ class GitRepo:
 
     def show(self, rev: str, path: str) -> bytes:
         commit = self.resolve(rev)
+        self.check_root()
         out = subprocess.run(
             [self.git, "show", f"{commit}:{path}"],
             cwd=self.work_tree, env=self._env(), capture_output=True, timeout=GIT_TIMEOUT, check=False,
@@ -325,6 +404,7 @@ class GitRepo:
 
     def push(self, remote: str, branch: str, timeout: float) -> str:
         """Fast-forward push of HEAD. Returns "ok", "diverged" or raises GitError."""
+        self.check_root()
         cmd = [self.git, "-c", "core.hooksPath=/dev/null", "push", "--porcelain", remote, f"HEAD:refs/heads/{branch}"]
         try:
             out = subprocess.run(
@@ -359,6 +439,29 @@ def _managed_marker(git: str, git_dir: Path) -> str:
     if out.returncode not in (0, 1):  # 1: key absent; anything else: the file cannot be read
         raise GitError(f"cannot read {config} to tell whether memd manages it: {out.stderr.decode().strip()}")
     return out.stdout.decode().strip()
+
+
+def _root_identity(work_tree: Path) -> tuple[int, int]:
+    """(device, inode) of the workspace directory itself; GitError when it is gone, a symlink or not a directory."""
+    try:
+        st = os.lstat(work_tree)
+    except FileNotFoundError:
+        raise GitError(f"workspace directory {work_tree} is gone; no git command runs for it") from None
+    except OSError as exc:
+        raise GitError(f"cannot look at workspace directory {work_tree}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise GitError(f"workspace directory {work_tree} is a symlink now; memd never runs git through it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise GitError(f"workspace directory {work_tree} is not a directory; no git command runs for it")
+    return st.st_dev, st.st_ino
+
+
+def _is_real_dir(path: Path) -> bool:
+    """A directory, not a symlink to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _one_line(text: str) -> str:

@@ -4,7 +4,12 @@ Watcher threads only post (root, tier) hints onto the loop; here each hint is de
 `Workspace.refresh()` decides, by fingerprint, whether anything really changed — memd's own writes change
 nothing and cost nothing. A stat-based reconcile of every workspace (`reconcile`) covers events the kernel or
 watchdog dropped. Discovery roots are rescanned on any event directly under them and on every reconcile.
-Imports memd.workspace, memd.watcher, memd.debounce, memd.config.
+
+One writer per workspace: a directory is served under one name. The factory takes the workspace's own lock
+(another daemon holding it makes that workspace "refused": reported in status, retried by every reconcile, the
+others served); a discovered directory that is also a configured workspace (symlinks and `..` resolved) is
+skipped, the configured name wins. Imports memd.workspace, memd.watcher, memd.debounce, memd.config,
+memd.config_checks and memd.errors.
 """
 
 from __future__ import annotations
@@ -18,13 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from memd.config import WORKSPACE_NAME, Config, WorkspaceConfig
+from memd.config_checks import directory_identity
 from memd.debounce import Debouncer
+from memd.errors import MemdError, StartupError
 from memd.watcher import TIERS, Watcher
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-Factory = Callable[[WorkspaceConfig], Workspace]
+Factory = Callable[[WorkspaceConfig], Workspace]  # opens it and takes its lock; StartupError if it cannot
+Release = Callable[[Workspace], None]  # lets go of the lock the factory took
 ChangeListener = Callable[[Workspace, frozenset[str], str], None]  # (workspace, tiers, origin: "external"|"write")
 
 
@@ -37,13 +45,23 @@ class SyncStats:
     discovery_conflicts: dict[str, str] = field(default_factory=dict)
 
 
+def held_elsewhere(exc: StartupError) -> bool:
+    """Did opening fail because another daemon holds the workspace's lock (not a fault of this config)?"""
+    return bool(exc.data and "held_by" in exc.data)
+
+
 class Registry:
-    def __init__(self, config: Config, factory: Factory) -> None:
+    def __init__(self, config: Config, factory: Factory, release: Release = lambda _ws: None) -> None:
         self.config = config
         self._factory = factory
+        self._release = release
         self.workspaces: dict[str, Workspace] = {}
         self.discovered: set[str] = set()
+        self.refused: dict[str, str] = {}  # configured workspaces another daemon holds: name -> why
+        self._refused_configs: dict[str, WorkspaceConfig] = {}
+        self.on_register: Callable[[Workspace], None] | None = None
         self._by_root: dict[Path, str] = {}
+        self._identity: dict[Workspace, tuple[int, int] | str] = {}
         self.stats = SyncStats()
         self.listeners: list[ChangeListener] = []
         self.watcher: Watcher | None = None
@@ -65,7 +83,12 @@ class Registry:
             self.watcher = Watcher(self._hint_from_thread, self.config.watch.polling_interval_seconds)
             self.watcher.start()
         for ws_config in self.config.workspaces.values():
-            self.add(ws_config)
+            try:
+                self.add(ws_config)
+            except StartupError as exc:
+                if not held_elsewhere(exc):
+                    raise
+                self._refuse(ws_config, exc.message)
         for root in self.config.discovery.roots:
             if self.watcher is not None and root.is_dir():
                 self.watcher.watch_discovery_root(root)
@@ -74,6 +97,8 @@ class Registry:
     async def close(self) -> None:
         self._debounce.flush()
         await asyncio.gather(*(ws.close() for ws in self.workspaces.values()))
+        for ws in self.workspaces.values():
+            self._release(ws)
         if self.watcher is not None:
             self.watcher.stop()
 
@@ -83,28 +108,58 @@ class Registry:
     def _register(self, ws: Workspace) -> Workspace:
         self.workspaces[ws.name] = ws
         self._by_root[ws.root] = ws.name
+        self._identity[ws] = directory_identity(ws.root)
         ws.on_commit = self._on_commit
+        if self.on_register is not None:
+            self.on_register(ws)
         if self.watcher is not None:
             self.watcher.watch_workspace(ws.root)
         return ws
 
     async def remove(self, name: str) -> None:
         ws = self.workspaces.pop(name)
-        self._by_root.pop(ws.root, None)
+        if self._by_root.get(ws.root) == name:
+            del self._by_root[ws.root]
+        self._identity.pop(ws, None)
         self.discovered.discard(name)
         self._debounce.cancel(name)
-        if self.watcher is not None:
+        if self.watcher is not None and ws.root not in self._by_root:
             self.watcher.unwatch(ws.root)
         await ws.close()
+        self._release(ws)
+
+    def _refuse(self, ws_config: WorkspaceConfig, why: str) -> None:
+        if self.refused.get(ws_config.name) != why:
+            log.error("not serving workspace %s: %s", ws_config.name, why)
+        self.refused[ws_config.name] = why
+        self._refused_configs[ws_config.name] = ws_config
 
     def prepare(self, new: Config) -> dict[str, Workspace]:
-        """Open the workspaces a reload adds or moves, before anything changes. Raises if one cannot be opened."""
+        """Open the workspaces a reload adds or moves, before anything changes. Raises if one cannot be opened
+        (closing what it opened): a workspace the new config asks for anew and another daemon holds rejects the
+        reload; one that was already refused for that reason, at the same path, stays refused."""
         opened: dict[str, Workspace] = {}
-        for name, wanted in new.workspaces.items():
-            current = self.workspaces.get(name)
-            if current is None or self._replaced(current, wanted):
-                opened[name] = self._factory(wanted)
+        try:
+            for name, wanted in new.workspaces.items():
+                current = self.workspaces.get(name)
+                if current is not None and not self._replaced(current, wanted):
+                    continue
+                try:
+                    opened[name] = self._factory(wanted)
+                except StartupError as exc:
+                    before = self._refused_configs.get(name)
+                    if current is None and before is not None and before.path == wanted.path and held_elsewhere(exc):
+                        continue
+                    raise
+        except BaseException:
+            self.discard(opened)
+            raise
         return opened
+
+    def discard(self, opened: dict[str, Workspace]) -> None:
+        """Let go of workspaces `prepare` opened for a reload that is not applied (they took no writes)."""
+        for ws in opened.values():
+            self._release(ws)
 
     @staticmethod
     def _replaced(current: Workspace, wanted: WorkspaceConfig) -> bool:
@@ -115,15 +170,21 @@ class Registry:
         self.config = new
         for debouncer in (self._debounce, self._discovery_debounce):
             debouncer.settle, debouncer.max_wait = new.watch.settle_seconds, new.watch.max_wait_seconds
+        claimed = {directory_identity(ws.root) for ws in opened.values()}
         for name in list(self.workspaces):
             wanted = new.workspaces.get(name)
             if name in opened or (wanted is None and name not in self.discovered):
                 await self.remove(name)
+            elif wanted is None and self._identity.get(self.workspaces[name]) in claimed:
+                log.info("workspace %s: its directory is configured under another name now", name)
+                await self.remove(name)  # discovered, now configured under another name: that name serves it
             elif wanted is not None:
                 self.discovered.discard(name)  # configured now: the config's settings win
                 self.workspaces[name].reconfigure(wanted)
         for ws in opened.values():
             self._register(ws)
+        self.refused = {n: why for n, why in self.refused.items() if n in new.workspaces and n not in opened}
+        self._refused_configs = {n: new.workspaces[n] for n in self.refused}
         for name in list(self.discovered):
             ws = self.workspaces[name]
             ws.reconfigure(new.workspace_for_discovered(name, ws.root))
@@ -135,6 +196,10 @@ class Registry:
         """Register workspace directories under the discovery roots; drop discovered ones that vanished."""
         found: dict[str, Path] = {}
         conflicts: dict[str, str] = {}
+        served = {identity: ws.name for ws, identity in self._identity.items()}
+        for name, ws_config in self.config.workspaces.items():
+            if name not in self.workspaces:  # refused: the configured name still owns its directory
+                served.setdefault(directory_identity(ws_config.path), name)
         for root in self.config.discovery.roots:
             try:
                 entries = sorted(os.scandir(root), key=lambda e: e.name)
@@ -147,7 +212,18 @@ class Registry:
                 if not any((path / t).is_dir() for t in TIERS):
                     continue
                 name = entry.name
-                if name in self.config.workspaces and self.config.workspaces[name].path != path:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                owner = served.get((st.st_dev, st.st_ino))
+                if owner is not None and owner != name and owner not in self.discovered:
+                    conflicts[name] = (
+                        f"{path} is the directory of configured workspace {owner!r}; served once, as {owner!r}"
+                    )
+                elif owner is not None and owner != name:
+                    conflicts[name] = f"{path} is the directory of workspace {owner!r}; served once, as {owner!r}"
+                elif name in self.config.workspaces and self.config.workspaces[name].path != path:
                     conflicts[name] = f"{path} is named like configured workspace {name!r}; rename one of them"
                 elif name in found and found[name] != path:
                     conflicts[name] = f"{path} and {found[name]} are both named {name!r}; the first is used"
@@ -167,7 +243,10 @@ class Registry:
                 try:
                     self.add(self.config.workspace_for_discovered(name, path))
                 except Exception as exc:
-                    log.error("discovery: cannot open workspace %s at %s: %s", name, path, exc)
+                    message = exc.message if isinstance(exc, MemdError) else str(exc)
+                    if self.stats.discovery_conflicts.get(name) != message:
+                        log.error("discovery: cannot open workspace %s at %s: %s", name, path, message)
+                    conflicts[name] = message
                     continue
                 self.discovered.add(name)
                 log.info("discovery: registered workspace %s at %s", name, path)
@@ -203,8 +282,10 @@ class Registry:
             self._notify(ws, frozenset(changed), "external")
 
     def reconcile(self) -> int:
-        """Stat every workspace and adopt what changed (catches dropped events). Returns workspaces changed."""
+        """Stat every workspace and adopt what changed (catches dropped events); try refused workspaces again.
+        Returns workspaces changed."""
         changed_count = 0
+        self._retry_refused()
         for name in list(self.workspaces):
             ws = self.workspaces[name]
             if self.watcher is not None and self.watcher.rewatch_if_replaced(ws.root):
@@ -218,6 +299,16 @@ class Registry:
         self.discover()
         self.stats.reconciles += 1
         return changed_count
+
+    def _retry_refused(self) -> None:
+        for name, ws_config in list(self._refused_configs.items()):
+            try:
+                self.add(ws_config)
+            except StartupError as exc:
+                self._refuse(ws_config, exc.message)
+                continue
+            del self.refused[name], self._refused_configs[name]
+            log.info("workspace %s: no other memd holds it any more; serving it", name)
 
     def _on_commit(self, ws: Workspace, tiers: frozenset[str]) -> None:
         self._notify(ws, tiers, "write")
@@ -237,4 +328,5 @@ class Registry:
             "reconciles": self.stats.reconciles,
             "discovered": sorted(self.discovered),
             "discovery_conflicts": dict(self.stats.discovery_conflicts),
+            "refused": dict(self.refused),
         }

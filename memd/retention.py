@@ -4,38 +4,82 @@ Expired means: a regular file directly in `warm/` whose name is a valid `YYYY-MM
 `retention_days` days before today, where "today" is the date in the configured time zone (dates are compared,
 not durations, so a DST change cannot shift the window). Never: symlinks (neither followed nor deleted), other
 names, future dates, anything outside `warm/`. The plan is computed once and the real run removes exactly what a
-dry run lists.
+dry run lists, except the days git does not hold (below), which it keeps and reports.
 
-Archive mode appends each expired day to `warm/archive/YYYY-MM.md.gz` as its own gzip member, headed by a marker
-line with the day's name, SHA-256 and byte length, fsyncs it, and only then deletes the day file. A crash between
-the two steps is repaired by the next sweep, which finds the marker and does not append the day twice; a crash
-that tore the member itself is repaired by cutting the torn bytes off before the next append.
-Imports memd.fsio and the warm format.
+Nothing leaves `warm/` that git does not hold: when the caller passes what git holds (`Held`, the blob ids at
+HEAD right after the pre-sweep commit), a day is deleted or archived only if the bytes read from it just before
+are that blob (the git blob id is computed here from those bytes, so a day someone changed after the commit, or
+one git stores differently, e.g. through an adopted repository's `.gitattributes`, stays). Without `Held`
+(snapshots disabled, or `warm` not snapshotted) nothing is checked, as before. Between that read and the
+`unlink` only an `lstat` (size, mtime, inode unchanged) stands.
+
+Archive mode hands the days to memd.archive (monthly gzip archives, replaced whole after a read-back check) and
+deletes each day file only once its archive is durable; a crash in between leaves the day file, and the next
+sweep finds it archived already and does not add it twice.
+Imports memd.fsio, memd.archive and the warm format.
 """
 
 from __future__ import annotations
 
-import gzip
+import errno
 import hashlib
+import logging
 import os
-import re
 import stat
-import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from memd import fsio
+from memd import archive, fsio
+from memd.archive import read_archived_day as read_archived_day  # what Workspace.day_entries reads
 from memd.tiers import warm_format
 
-ARCHIVE_DIR = "archive"
-_MARKER = re.compile(rb"<!-- memd-archive: (\d{4}-\d{2}-\d{2}\.md) sha256=([0-9a-f]{64}) bytes=(\d+) -->\n")
+log = logging.getLogger(__name__)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_GONE = "removed by someone else during the sweep"
 
 
 @dataclass(frozen=True)
 class SweepPlan:
     directory: Path
     expired: tuple[str, ...]  # file names, oldest first
+
+
+@dataclass
+class SweepOutcome:
+    """What a real run did: the days it removed, the days it kept and why, and what it found wrong on the way."""
+
+    removed: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)  # day file name -> why it stays in warm/
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What git holds of `warm/` at one commit: the blob id of each regular file directly in it."""
+
+    commit: str
+    blobs: Mapping[str, str]  # file name -> blob id (40 hex digits: SHA-1 repository, 64: SHA-256)
+
+    def why_not(self, name: str, data: bytes) -> str | None:
+        """None when git holds exactly `data` as `warm/<name>`; otherwise why the day must stay."""
+        blob = self.blobs.get(name)
+        if blob is None:
+            return f"not in the snapshot at {self.commit[:12]}; kept until a snapshot holds it"
+        if blob_id(data, len(blob)) != blob:
+            return f"differs from the snapshot at {self.commit[:12]}; kept until a snapshot holds these exact bytes"
+        return None
+
+
+def blob_id(data: bytes, hex_digits: int = 40) -> str:
+    """The id git gives `data` as a blob (`git hash-object --no-filters`), SHA-1 or, for 64 digits, SHA-256."""
+    h = hashlib.sha256() if hex_digits == 64 else hashlib.sha1(usedforsecurity=False)
+    h.update(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
 
 
 def plan_sweep(directory: Path, today: date, retention_days: int) -> SweepPlan:
@@ -55,53 +99,74 @@ def plan_sweep(directory: Path, today: date, retention_days: int) -> SweepPlan:
     return SweepPlan(directory, tuple(name for _, name in sorted(expired)))
 
 
-def delete_expired(plan: SweepPlan) -> list[str]:
-    """Remove the planned files (runs in a worker thread). Returns what was removed."""
-    removed: list[str] = []
+def delete_expired(plan: SweepPlan, held: Held | None = None) -> SweepOutcome:
+    """Remove the planned files that git holds (all of them when `held` is None). Runs in a worker thread."""
+    outcome = SweepOutcome()
     if plan.directory.is_symlink():
-        return removed
+        return outcome
     for name in plan.expired:
         path = plan.directory / name
-        if not _still_regular(path):
+        if held is None:
+            if _still_regular(path):
+                os.unlink(path)
+                outcome.removed.append(name)
+            continue
+        day = _read_day(path)
+        if day is None:
+            continue
+        data, st = day
+        reason = held.why_not(name, data) or _changed_since(path, st)
+        if reason:
+            if reason is not _GONE:
+                outcome.kept[name] = reason
             continue
         os.unlink(path)
-        removed.append(name)
-    if removed:
+        outcome.removed.append(name)
+    if outcome.removed:
         fsio.fsync_dir(plan.directory)
-    return removed
+    return outcome
 
 
-def archive_expired(plan: SweepPlan) -> list[str]:
-    """Move the planned files into monthly gzip archives, durably, then delete them. Returns what was moved."""
-    archive_dir = plan.directory / ARCHIVE_DIR
-    moved: list[str] = []
+def archive_expired(
+    plan: SweepPlan, held: Held | None = None, max_bytes: int = archive.DEFAULT_ARCHIVE_MAX_BYTES
+) -> SweepOutcome:
+    """Move the planned files that git holds into their monthly archives, durably, then delete them."""
+    outcome = SweepOutcome()
     if plan.directory.is_symlink():
-        return moved
+        return outcome
+    months: dict[str, list[str]] = {}
     for name in plan.expired:
-        path = plan.directory / name
-        if not _still_regular(path):
+        months.setdefault(name[:7], []).append(name)
+    for month, names in months.items():  # one month's days in memory at a time
+        days: list[tuple[str, bytes, os.stat_result]] = []
+        for name in names:
+            day = _read_day(plan.directory / name)
+            if day is None:
+                continue
+            data, st = day
+            reason = held.why_not(name, data) if held is not None else None
+            if reason is None and archive.plain_size(name, data) > max_bytes:
+                reason = f"larger than warm.archive_max_bytes ({max_bytes} bytes); kept in warm/"
+            if reason:
+                outcome.kept[name] = reason
+            else:
+                days.append((name, data, st))
+        if not days:
             continue
-        fsio.ensure_dir(archive_dir)
-        data = fsio.read_bytes(path) or b""
-        digest = hashlib.sha256(data).hexdigest()
-        archive = archive_dir / f"{name[:7]}.md.gz"
-        days, whole = _read_members(archive)
-        if whole is not None:  # a crash tore the last member: cut it off (its day file is still in warm/)
-            _truncate_durably(archive, whole)
-        if not any(d.name == name and d.sha256 == digest for d in days):
-            header = f"<!-- memd-archive: {name} sha256={digest} bytes={len(data)} -->\n".encode()
-            fsio.durable_append(archive, gzip.compress(header + data, mtime=0))
-        os.unlink(path)
+        archive_dir = plan.directory / archive.ARCHIVE_DIR
+        outcome.warnings += archive.add_to_month(archive_dir, month, [(n, d) for n, d, _ in days], max_bytes)
+        for name, _, st in days:  # each day is in a durable archive now: its file can go
+            reason = _changed_since(plan.directory / name, st)
+            if reason:
+                if reason is not _GONE:
+                    outcome.kept[name] = reason
+                continue
+            os.unlink(plan.directory / name)
+            outcome.removed.append(name)
         fsio.fsync_dir(plan.directory)
-        moved.append(name)
-    return moved
-
-
-@dataclass(frozen=True)
-class ArchivedDay:
-    name: str
-    sha256: str
-    data: bytes
+    for warning in outcome.warnings:
+        log.warning("%s: %s", plan.directory, warning)
+    return outcome
 
 
 def _still_regular(path: Path) -> bool:
@@ -111,61 +176,30 @@ def _still_regular(path: Path) -> bool:
         return False
 
 
-def _truncate_durably(path: Path, size: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+def _read_day(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """A day file's bytes and its stat, or None when it is gone or is not a regular file (never followed)."""
     try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # swapped for a symlink or a FIFO after planning
+            return None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return f.read(), st
 
 
-def _whole_members(raw: bytes) -> tuple[list[bytes], int | None]:
-    """The decompressed whole gzip members, and the length they span when a torn one follows (else None)."""
-    members: list[bytes] = []
-    offset = 0
-    while offset < len(raw):
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            member = d.decompress(raw[offset:])
-        except zlib.error:
-            return members, offset
-        if not d.eof:
-            return members, offset
-        members.append(member)
-        offset = len(raw) - len(d.unused_data)
-    return members, None
-
-
-def _read_members(archive: Path) -> tuple[list[ArchivedDay], int | None]:
-    """Every whole archived day, and the byte length of the whole members when a torn one follows (else None)."""
-    members, whole = _whole_members(fsio.read_bytes(archive) or b"")
-    return [day for member in members for day in _parse_member(member)], whole
-
-
-def _parse_member(member: bytes) -> list[ArchivedDay]:
-    days: list[ArchivedDay] = []
-    pos = 0
-    while pos < len(member):
-        match = _MARKER.match(member, pos)
-        if match is None:
-            break
-        start = match.end()
-        end = start + int(match.group(3))
-        days.append(ArchivedDay(match.group(1).decode(), match.group(2).decode(), member[start:end]))
-        pos = end
-    return days
-
-
-def read_archive_text(archive: Path) -> str:
-    """The whole archive as text, markers included (what `zcat` shows), in the order days were archived."""
-    members, _ = _whole_members(fsio.read_bytes(archive) or b"")
-    return b"".join(members).decode("utf-8", "replace")
-
-
-def read_archived_day(warm_dir: Path, day: date) -> str | None:
-    """The text of an archived day, or None when it is not in the archive (the latest copy wins)."""
-    name = warm_format.day_filename(day)
-    days, _ = _read_members(warm_dir / ARCHIVE_DIR / f"{name[:7]}.md.gz")
-    found = [d for d in days if d.name == name]
-    return found[-1].data.decode("utf-8", "replace") if found else None
+def _changed_since(path: Path, st: os.stat_result) -> str | None:
+    """Why `path` is no longer the file `st` describes (None when it still is; `_GONE` when someone removed it):
+    the last check before it goes."""
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return _GONE
+    if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
+        return "changed during the sweep; kept for the next one"
+    return None

@@ -6,7 +6,14 @@ what failed), session start, before a retention sweep deletes, before and after 
 Staging and committing happen while the workspace's writer is held, so a snapshot is a consistent state that no
 batch is half way through. Faults degrade snapshots only: git missing, an unsafe repository
 (merge/rebase in progress), a corrupt repository or a failing push show in status, and writes go on.
-Imports memd.gitrepo, memd.workspace, memd.debounce, memd.config and memd.errors.
+A repository someone deleted (nothing left where its git dir was) is made again by the next snapshot, without a
+restart: the old history is gone (logged once), the new one starts from the files. Before that, before every
+commit and before any `git init`, the workspace directory must still be the one memd opened
+(`Workspace.check_identity`; `GitRepo` checks it again before each git command), so a directory swapped for a
+symlink is never initialised or committed through.
+Before a retention sweep deletes, `before_destructive` commits and hands back what git holds of `warm/` at HEAD
+(`retention.Held`); the sweep deletes or archives only the days whose bytes are that blob.
+Imports memd.gitrepo, memd.workspace, memd.retention (its `Held`), memd.debounce, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from typing import Any, Literal
 
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
-from memd.errors import InvalidParams, MemdError, Unavailable
+from memd.errors import InvalidParams, MemdError, StorageError, Unavailable
 from memd.gitrepo import GitError, GitMissing, GitRepo, RepoUnsafe, find_git
+from memd.retention import Held
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -44,6 +52,7 @@ class RepoState:
     push_state: str = ""  # "", "ok", "diverged", "error"
     push_error: str = ""
     pushed_head: str = ""
+    history_lost: bool = False  # the repository was deleted and not made again yet (logged once)
 
 
 class Snapshotter:
@@ -108,16 +117,32 @@ class Snapshotter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def before_destructive(self, ws: Workspace, why: str) -> None:
-        """Commit what is about to be deleted. Refuses (raises) when that fails, so nothing leaves history."""
+    async def before_destructive(self, ws: Workspace, why: str) -> Held | None:
+        """Commit what is about to be deleted and return what git then holds of `warm/` (None when snapshots are
+        off or leave out warm: nothing to check against). Refuses (raises) when that fails, so nothing leaves
+        history."""
         if not self.config.enabled or "warm" not in self.config.paths:
-            return
-        rev, _ = await self.snapshot(ws, f"before {why}")
-        if not rev:
+            return None
+        if ws.name not in self._workspaces:
+            self.track(ws)
+        state = self._states[ws.name]
+        held: Held | None = None
+        async with state.lock:  # the commit and the listing of what it holds: no other commit in between
+            rev, _ = await self._snapshot_locked(ws, state, f"before {why}", None)
+            if rev and state.repo is not None:
+                try:
+                    head, blobs = await asyncio.get_running_loop().run_in_executor(
+                        self._io, state.repo.committed_files, "warm"
+                    )
+                    held = Held(head, blobs)
+                except GitError as exc:
+                    state.last_error = exc.message
+        if held is None:
             raise Unavailable(
                 f"not running {why} on {ws.name!r}: its files could not be committed to git first "
-                f"({self._states[ws.name].last_error or 'unknown error'}); fix the snapshot repository and retry"
+                f"({state.last_error or 'unknown error'}); fix the snapshot repository and retry"
             )
+        return held
 
     async def flush(self, reason: str) -> int:
         """Snapshot every dirty workspace now (interval job, shutdown). Returns commits made."""
@@ -153,6 +178,7 @@ class Snapshotter:
     ) -> tuple[str, bool]:
         loop = asyncio.get_running_loop()
         try:
+            ws.check_identity()
             repo = await self._repo(ws, state)
             # A person's git may hold index.lock for as long as their editor is open: wait for it here, without
             # the writer; under the writer, give up quickly and retry later rather than stall acknowledgements.
@@ -171,6 +197,7 @@ class Snapshotter:
             # Stage and commit under the writer: `commit --only` reads the working tree, so the commit is one
             # consistent state that no batch is half-way through (~10 ms that writes wait, once per settle window).
             async with ws.exclusive:
+                ws.check_identity()
                 paths = await loop.run_in_executor(self._io, repo.stage, UNDER_WRITER_LOCK_WAIT)
                 rev = (
                     await loop.run_in_executor(self._io, repo.commit, paths, subject, body, all_trailers)
@@ -185,7 +212,7 @@ class Snapshotter:
             return self._failed(ws, state, "repo-unsafe", exc.message)
         except GitMissing as exc:
             return self._failed(ws, state, "disabled", exc.message)
-        except (GitError, OSError) as exc:
+        except (GitError, StorageError, OSError) as exc:
             return self._failed(ws, state, "error", getattr(exc, "message", None) or str(exc))
         state.state = "ok"
         state.last_error = ""
@@ -207,14 +234,31 @@ class Snapshotter:
     async def _repo(self, ws: Workspace, state: RepoState) -> GitRepo:
         if self._git is None:
             raise GitMissing(self._git_problem)
+        loop = asyncio.get_running_loop()
+        if state.repo is not None and await loop.run_in_executor(self._io, state.repo.gone):
+            # Someone deleted the repository. A workspace that is still the one memd opened (checked above and by
+            # `gone`) gets a new one, starting from its files; the next push will report the divergence.
+            if not state.history_lost:
+                log.warning(
+                    "workspace %s: snapshot repository %s was deleted: its history is gone; memd starts a new "
+                    "history from the files as they are now",
+                    ws.name,
+                    state.repo.git_dir,
+                )
+                state.history_lost = True
+            state.repo = None
+            state.pushed_head = ""
         if state.repo is None:
             separate = self.state_dir / "git" / f"{ws.name}.git"
             git = self._git
-            repo = await asyncio.get_running_loop().run_in_executor(
+            ws.check_identity()  # never locate, let alone `git init`, in a directory swapped in for the workspace
+            repo = await loop.run_in_executor(
                 self._io, lambda: GitRepo.locate(ws.root, separate, git, self.config.paths, self._adopt)
             )
-            await asyncio.get_running_loop().run_in_executor(self._io, repo.ensure, self.config.branch)
+            ws.check_identity()
+            await loop.run_in_executor(self._io, repo.ensure, self.config.branch)
             state.repo = repo
+            state.history_lost = False
         return state.repo
 
     async def repo_for(self, ws: Workspace) -> GitRepo:

@@ -34,6 +34,8 @@ class Services(Protocol):
 
     def workspaces(self) -> Mapping[str, Workspace]: ...
 
+    def refused(self) -> Mapping[str, str]: ...  # configured workspaces not served (another daemon holds them)
+
     def status(self) -> dict[str, Any]: ...
 
     async def reload(self) -> dict[str, Any]: ...
@@ -57,6 +59,9 @@ def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspa
             "missing parameter 'workspace' (a workspace name; see workspace.list)", data={"param": "workspace"}
         )
     ws = call.services.workspaces().get(name)
+    if ws is None and name in call.services.refused():
+        why = call.services.refused()[name] if privileged(call) else "another memd serves it (see status)"
+        raise UnknownWorkspace(f"workspace {name!r} is not served by this memd: {why}", data={"workspace": name})
     if ws is None:
         raise UnknownWorkspace(
             f"no workspace named {name!r}; configured and discovered: {', '.join(sorted(call.services.workspaces()))}",
@@ -68,6 +73,7 @@ def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspa
             data={"workspace": name, "uid": call.peer.uid},
         )
     if access == "read":
+        ws.check_identity()  # a swapped-in directory is an error, never another workspace's files
         ws.refresh()
     return ws
 

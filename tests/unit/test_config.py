@@ -376,3 +376,34 @@ def test_socket_mode_printed_by_config_to_toml_reads_back_as_the_same_mode() -> 
     printed = tomllib.loads(config_to_toml(config))["server"]["socket_mode"]
 
     assert parse_config({"server": {"socket_mode": printed}}, ENV).server.socket_mode == 0o660
+
+
+# --- [limits] ------------------------------------------------------------------------------------------------
+
+
+def test_tier_file_caps_default_to_4_16_and_64_mib_and_can_be_set() -> None:
+    assert parse_config({}, ENV).limits == parse_config({"limits": {}}, ENV).limits
+    limits = parse_config({}, ENV).limits
+    assert (limits.hot_max_bytes, limits.cold_max_bytes, limits.warm_day_max_bytes) == (4 << 20, 16 << 20, 64 << 20)
+
+    set_ = parse_config({"limits": {"hot_max_bytes": 1 << 20, "warm_day_max_bytes": 1 << 30}}, ENV).limits
+
+    assert (set_.hot_max_bytes, set_.warm_day_max_bytes) == (1 << 20, 1 << 30)
+
+
+def test_tier_file_caps_outside_1_mib_to_1_gib_or_unknown_are_refused_by_full_key() -> None:
+    errors = config_errors(
+        {"limits": {"hot_max_bytes": 1000, "cold_max_bytes": (1 << 30) + 1, "warm_day_max_bytes": "big", "x": 1}}
+    )
+
+    assert has_error(errors, "limits.hot_max_bytes", "between", "1 MiB", "1 GiB")
+    assert has_error(errors, "limits.cold_max_bytes", "between")
+    assert has_error(errors, "limits.warm_day_max_bytes", "integer")
+    assert has_error(errors, "limits.x", "unknown key")
+
+
+def test_the_example_file_states_the_defaults_of_every_limit() -> None:
+    example = tomllib.loads((Path(__file__).parents[2] / "config.example.toml").read_text(encoding="utf-8"))
+
+    assert parse_config({"limits": example["limits"]}, ENV).limits == parse_config({}, ENV).limits
+    assert set(example["limits"]) == {"hot_max_bytes", "cold_max_bytes", "warm_day_max_bytes"}

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from harness import person_env
 
+from memd import retention
 from memd.errors import NotFound
 from memd.gitrepo import GitError, GitRepo, RepoUnsafe, find_git
 
@@ -170,10 +171,9 @@ def test_a_separate_git_dir_points_at_the_workspace(tmp_path: Path) -> None:
 
 def test_ensure_never_creates_a_missing_workspace(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
-    r = locate(gone, tmp_path / "state")
 
     with pytest.raises(GitError, match="gone"):
-        r.ensure("main")
+        locate(gone, tmp_path / "state").ensure("main")
 
     assert not gone.exists()
 
@@ -237,6 +237,140 @@ def test_only_the_snapshot_paths_and_no_temp_files_are_committed(repo: GitRepo) 
 
     files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
     assert files == ["hot/context.json"]
+
+
+def test_no_ignore_rule_of_the_user_or_the_workspace_keeps_a_tier_file_out(repo: GitRepo, temporary_home: Path) -> None:
+    ignore = temporary_home / ".config" / "git" / "ignore"  # the user's global excludes (git's default place)
+    write(ignore, "*.md\n*.json\n")
+    write(repo.work_tree / ".gitignore", "warm/\n")
+    write(repo.work_tree / "cold" / ".gitignore", "*\n")
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+
+    snapshot(repo)
+
+    files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert {"hot/context.json", "warm/2026-01-01.md", "cold/MEMORY.md"} <= set(files), files
+
+
+def test_memds_own_files_are_never_staged_whatever_the_workspace_says(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "hot" / ".gitignore", "!*\n")  # a rule that would pull everything in
+    write(repo.work_tree / "hot" / ".context.json.memd-tmp-1-abcd", "half")
+    write(repo.work_tree / "warm" / "archive" / ".2026-01.md.gz.memd-tmp-2-beef", "half")
+    write(repo.work_tree / ".memd.lock", "4242\n")
+
+    snapshot(repo)
+
+    files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert sorted(files) == ["hot/.gitignore", "hot/context.json"]
+    # A person's `git add -A` in memd's repository skips them too (info/exclude; a `!*` of their own would win).
+    (repo.work_tree / "hot" / ".gitignore").unlink()
+    person_git(repo.work_tree, "add", "-A")
+    staged = person_git(repo.work_tree, "diff", "--cached", "--name-only").split()
+    assert ".memd.lock" not in staged and not [p for p in staged if ".memd-tmp-" in p], staged
+
+
+def test_git_stores_each_file_exactly_whatever_the_users_line_ending_settings(
+    repo: GitRepo, temporary_home: Path
+) -> None:
+    write(temporary_home / ".gitconfig", "[core]\n\tautocrlf = true\n")
+    data = b"# Activity Log 2026-01-01\r\n\r\n### 09:00:00 - crlf\r\n"
+    (repo.work_tree / "warm" / "2026-01-01.md").write_bytes(data)
+
+    snapshot(repo)
+
+    head, blobs = repo.committed_files("warm")
+    assert head == repo.head()
+    assert blobs == {"2026-01-01.md": retention.blob_id(data)}
+    assert repo.show("HEAD", "warm/2026-01-01.md") == data
+
+
+def test_committed_files_lists_the_regular_files_directly_in_a_directory(repo: GitRepo) -> None:
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
+    write(repo.work_tree / "warm" / "archive" / "2026-01.md.gz", "not really gzip\n")
+    os.symlink("2026-01-01.md", repo.work_tree / "warm" / "2026-01-02.md")
+    snapshot(repo)
+
+    head, blobs = repo.committed_files("warm")
+
+    assert set(blobs) == {"2026-01-01.md"}
+    assert blobs["2026-01-01.md"] == person_git(repo.work_tree, "rev-parse", f"{head}:warm/2026-01-01.md").strip()
+    assert blobs["2026-01-01.md"] == retention.blob_id(b"one\n")
+
+
+def test_a_repository_made_by_an_older_memd_gets_memds_rules_added_not_replaced(repo: GitRepo) -> None:
+    exclude = repo.git_dir / "info" / "exclude"
+    exclude.write_text("# written by memd\n*.memd-tmp-*\n.git.memd-tmp-*\nscratch/\n")  # plus a person's line
+    (repo.git_dir / "info" / "attributes").unlink()
+
+    locate(repo.work_tree, repo.git_dir.parent).ensure("main")
+
+    lines = exclude.read_text().splitlines()
+    assert "scratch/" in lines and "/.memd.lock" in lines
+    assert "-text" in (repo.git_dir / "info" / "attributes").read_text()
+
+
+# --- the workspace directory is pinned ---------------------------------------------------------------------------
+
+
+def test_a_symlinked_workspace_gets_no_repository_anywhere(tmp_path: Path) -> None:
+    target = make_workspace(tmp_path / "target")
+    link = tmp_path / "ws"
+    link.symlink_to(target)
+
+    with pytest.raises(GitError, match="symlink"):
+        locate(link, tmp_path / "state").ensure("main")
+
+    assert not (target / ".git").exists()
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("swap", ["symlink", "directory"])
+def test_a_workspace_swapped_after_locating_is_never_initialised_or_committed_through(
+    tmp_path: Path, swap: str
+) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    r = locate(ws, tmp_path / "state")
+    elsewhere = make_workspace(tmp_path / "elsewhere")
+    ws.rename(tmp_path / "ws-moved")
+    if swap == "symlink":
+        ws.symlink_to(elsewhere)
+    else:
+        make_workspace(ws)
+        write(ws / "hot" / "context.json", "{}\n")
+
+    with pytest.raises(GitError, match="symlink" if swap == "symlink" else "no longer the directory"):
+        r.ensure("main")
+    with pytest.raises(GitError):
+        r.stage()
+
+    assert not (elsewhere / ".git").exists() and not (ws / ".git").exists()
+
+
+def test_a_dot_git_symlink_is_not_taken_for_memds_repository(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    other = locate(make_workspace(tmp_path / "other"), tmp_path / "other-state")
+    other.ensure("main")  # a real memd repository somewhere else
+    (ws / ".git").symlink_to(other.git_dir)
+
+    r = locate(ws, tmp_path / "state")
+
+    assert r.git_dir == tmp_path / "state" / "git" / "ws.git"
+
+
+def test_a_deleted_repository_is_gone_and_ensure_makes_a_new_one(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    snapshot(repo)
+    assert not repo.gone()
+
+    shutil.rmtree(repo.git_dir)
+
+    assert repo.gone()
+    repo.ensure("main")
+    assert not repo.gone()
+    assert repo.stage() == ["hot/context.json"]
 
 
 def test_trailers_parse_back_through_log(repo: GitRepo) -> None:

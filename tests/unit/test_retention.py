@@ -1,8 +1,12 @@
-"""Specification of warm retention (memd.retention, Workspace.sweep): what expires, delete and archive modes.
+"""Specification of warm retention (memd.retention, memd.archive, Workspace.sweep): what expires, delete and archive
+modes.
 
 Contract 5: retention deletes only files in `warm/` named like a real calendar date past the retention window,
 never symlinks, never anything else, and a dry run lists exactly what a real run deletes. "Today" is the date
-in the workspace's time zone and the window is counted in dates, so a DST switch cannot move it.
+in the workspace's time zone and the window is counted in dates, so a DST switch cannot move it. Given what git
+holds, a day goes only when git holds its exact bytes; the others stay, each with the reason. An archive is
+replaced whole after a read-back check, never cut: a damaged one is kept as it is and the month goes on in the
+next file; reading is capped, so a gzip bomb is a clear error.
 Pure: no daemon; sweeps through a Workspace run on a fake clock.
 """
 
@@ -11,6 +15,9 @@ from __future__ import annotations
 import asyncio
 import gzip
 import os
+import tomllib
+import tracemalloc
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -20,8 +27,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memd import retention
-from memd.config import WarmConfig, WorkspaceConfig
+from memd import fsio, retention
+from memd.archive import DEFAULT_ARCHIVE_MAX_BYTES, ArchiveTooLarge, read_archive_text
+from memd.config import WarmConfig, WorkspaceConfig, parse_config
+from memd.errors import ConfigError, CorruptFile
 from memd.tiers.warm_format import parse_day
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -88,7 +97,7 @@ def test_other_names_and_directories_named_like_days_are_never_listed(warm: Path
     make_days(warm, [old])
 
     plan = retention.plan_sweep(warm, TODAY, RETENTION)
-    removed = retention.delete_expired(plan)
+    removed = retention.delete_expired(plan).removed
 
     assert plan.expired == (day_name(old),)
     assert removed == [day_name(old)]
@@ -107,8 +116,8 @@ def test_a_symlink_named_like_an_old_day_is_neither_listed_nor_deleted_nor_follo
     plan = retention.plan_sweep(warm, TODAY, RETENTION)
 
     assert plan.expired == ()
-    assert retention.delete_expired(plan) == []
-    assert retention.archive_expired(plan) == []
+    assert retention.delete_expired(plan).removed == []
+    assert retention.archive_expired(plan).removed == []
     assert link.is_symlink() and dangling.is_symlink()
     assert outside.read_text() == "precious, not memd's\n"
 
@@ -122,7 +131,7 @@ def test_a_file_swapped_for_a_symlink_after_planning_is_not_deleted(warm: Path) 
     (warm / day_name(old)).unlink()
     (warm / day_name(old)).symlink_to(outside)
 
-    assert retention.delete_expired(plan) == []
+    assert retention.delete_expired(plan).removed == []
     assert (warm / day_name(old)).is_symlink()
     assert outside.read_text() == "keep\n"
 
@@ -142,7 +151,7 @@ def test_delete_removes_exactly_what_the_dry_run_plan_lists(warm: Path) -> None:
 
     dry = retention.plan_sweep(warm, TODAY, RETENTION)
     assert listing(warm) == before  # planning touches nothing
-    removed = retention.delete_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    removed = retention.delete_expired(retention.plan_sweep(warm, TODAY, RETENTION)).removed
 
     assert removed == list(dry.expired)
     assert listing(warm) == before - set(dry.expired)
@@ -156,7 +165,7 @@ def test_archive_moves_days_into_monthly_gzip_and_gives_back_the_exact_text(warm
     days = [date(2026, 1, 30), date(2026, 1, 31), date(2026, 2, 1)]
     contents = make_days(warm, days)
 
-    moved = retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    moved = retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION)).removed
 
     assert moved == [day_name(d) for d in days]
     assert listing(warm) == {"archive"}
@@ -180,10 +189,10 @@ def test_a_crash_between_append_and_unlink_never_duplicates_a_day(warm: Path) ->
 
     plan = retention.plan_sweep(warm, TODAY, RETENTION)
     assert plan.expired == tuple(day_name(d) for d in days)
-    assert retention.archive_expired(plan) == [day_name(d) for d in days]
+    assert retention.archive_expired(plan).removed == [day_name(d) for d in days]
 
     assert archive.read_bytes() == archived_bytes  # nothing appended twice
-    text = retention.read_archive_text(archive)
+    text = read_archive_text(archive)
     for day in days:
         assert text.count(f"memd-archive: {day_name(day)} ") == 1
         assert retention.read_archived_day(warm, day) == contents[day_name(day)].decode()
@@ -212,10 +221,12 @@ def test_a_hand_written_day_without_final_newline_reads_back_exactly(warm: Path)
     assert retention.read_archived_day(warm, second) == "### 10:00:00 - second\n"
     (warm / day_name(second)).write_text("### 10:00:00 - second\n")  # a crash before the unlink, repaired
     retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
-    assert retention.read_archive_text(warm / "archive" / "2026-05.md.gz").count(day_name(second)) == 1
+    assert read_archive_text(warm / "archive" / "2026-05.md.gz").count(day_name(second)) == 1
 
 
-def test_a_crash_mid_append_leaves_every_later_day_readable(warm: Path) -> None:
+def test_a_torn_archive_is_kept_as_it_is_and_every_day_stays_readable(warm: Path) -> None:
+    # Archives are replaced whole now, so memd never tears one; an older memd, a copy cut short or a full disk
+    # elsewhere can. Such an archive is never cut or rewritten: later days go to the month's next file.
     first, torn, later = date(2026, 6, 1), date(2026, 6, 2), date(2026, 6, 3)
     contents = make_days(warm, [first])
     retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
@@ -223,18 +234,252 @@ def test_a_crash_mid_append_leaves_every_later_day_readable(warm: Path) -> None:
     whole = archive.stat().st_size
     contents |= make_days(warm, [torn])
     retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
-    # The crash: only half of the torn day's gzip member reached the disk, and its day file was not unlinked.
+    # Only half of the torn day's gzip member is left, and its day file is back in warm/.
     os.truncate(archive, whole + (archive.stat().st_size - whole) // 2)
+    torn_bytes = archive.read_bytes()
     (warm / day_name(torn)).write_bytes(contents[day_name(torn)])
     contents |= make_days(warm, [later])
 
     assert retention.read_archived_day(warm, first) == contents[day_name(first)].decode()
-    retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    outcome = retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
 
+    assert outcome.removed == [day_name(torn), day_name(later)]
+    assert archive.read_bytes() == torn_bytes
+    assert any("2026-06.md.gz is damaged" in w and "torn" in w for w in outcome.warnings), outcome.warnings
     for day in (first, torn, later):
         assert retention.read_archived_day(warm, day) == contents[day_name(day)].decode()
     assert listing(warm) == {"archive"}
-    assert gzip.decompress(archive.read_bytes()).count(b"memd-archive: ") == 3  # zcat reads it whole again
+    assert listing(warm / "archive") == {"2026-06.md.gz", "2026-06.1.md.gz"}
+    assert gzip.decompress((warm / "archive" / "2026-06.1.md.gz").read_bytes()).count(b"memd-archive: ") == 2
+
+
+def member_spans(raw: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each gzip member of a well-formed archive."""
+    spans, offset = [], 0
+    while offset < len(raw):
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        d.decompress(raw[offset:])
+        spans.append((offset, len(raw) - len(d.unused_data)))
+        offset = spans[-1][1]
+    return spans
+
+
+def damage_member(archive: Path, index: int) -> bytes:
+    """Flip one byte in the middle of member `index`; returns the damaged bytes."""
+    raw = bytearray(archive.read_bytes())
+    start, end = member_spans(bytes(raw))[index]
+    raw[(start + end) // 2] ^= 0xFF
+    archive.write_bytes(bytes(raw))
+    return bytes(raw)
+
+
+def test_one_damaged_byte_keeps_the_archive_as_it_is_and_the_next_days_go_to_a_new_file(warm: Path) -> None:
+    first = [date(2026, 11, 1), date(2026, 11, 2), date(2026, 11, 3)]
+    contents = make_days(warm, first)
+    retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    archive = warm / "archive" / "2026-11.md.gz"
+    damaged = damage_member(archive, 1)
+    later = [date(2026, 11, 4), date(2026, 11, 5)]
+    contents |= make_days(warm, later)
+
+    outcome = retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+
+    assert outcome.removed == [day_name(d) for d in later]
+    assert archive.read_bytes() == damaged
+    assert len(outcome.warnings) == 1 and "warm/archive/2026-11.md.gz is damaged" in outcome.warnings[0]
+    assert listing(warm / "archive") == {"2026-11.md.gz", "2026-11.1.md.gz"}
+    for day in (first[0], first[2], *later):  # every intact member, before and after the damaged one
+        assert retention.read_archived_day(warm, day) == contents[day_name(day)].decode()
+    with pytest.raises(CorruptFile, match="damaged"):  # the damaged day: a clear error, not "no such day"
+        retention.read_archived_day(warm, first[1])
+    assert retention.read_archived_day(warm, date(2026, 10, 30)) is None  # another month: nothing to say
+
+    # The next sweep adds to the new file, never to the damaged one.
+    contents |= make_days(warm, [date(2026, 11, 6)])
+    retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    assert archive.read_bytes() == damaged
+    assert listing(warm / "archive") == {"2026-11.md.gz", "2026-11.1.md.gz"}
+    assert retention.read_archived_day(warm, date(2026, 11, 6)) == contents[day_name(date(2026, 11, 6))].decode()
+
+
+def test_a_member_that_is_not_memds_counts_as_damage(warm: Path) -> None:
+    make_days(warm, [date(2026, 9, 1)])
+    retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    archive = warm / "archive" / "2026-09.md.gz"
+    with archive.open("ab") as f:  # someone appended their own notes with `gzip >>`
+        f.write(gzip.compress(b"my own notes\n"))
+    before = archive.read_bytes()
+    make_days(warm, [date(2026, 9, 2)])
+
+    outcome = retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+
+    assert archive.read_bytes() == before
+    assert (warm / "archive" / "2026-09.1.md.gz").exists()
+    assert "not a memd day" in outcome.warnings[0]
+
+
+def test_a_day_already_in_a_later_archive_file_is_not_added_twice(warm: Path) -> None:
+    make_days(warm, [date(2026, 8, 1)])
+    retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    damage_member(warm / "archive" / "2026-08.md.gz", 0)
+    contents = make_days(warm, [date(2026, 8, 2)])
+    retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    second = warm / "archive" / "2026-08.1.md.gz"
+    before = second.read_bytes()
+    (warm / day_name(date(2026, 8, 2))).write_bytes(contents[day_name(date(2026, 8, 2))])  # a crash before unlink
+
+    outcome = retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+
+    assert outcome.removed == [day_name(date(2026, 8, 2))]
+    assert second.read_bytes() == before
+    assert listing(warm / "archive") == {"2026-08.md.gz", "2026-08.1.md.gz"}
+
+
+def test_an_archive_is_replaced_whole_and_leaves_no_temporary_file(warm: Path) -> None:
+    make_days(warm, [date(2026, 7, 1)])
+    retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+    archive = warm / "archive" / "2026-07.md.gz"
+    inode = archive.stat().st_ino
+    stale = warm / "archive" / f".2026-07.md.gz{fsio.TEMP_MARKER}1-dead"  # a sweep that died before its rename
+    stale.write_bytes(b"half")
+    make_days(warm, [date(2026, 7, 2)])
+
+    retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION))
+
+    assert archive.stat().st_ino != inode  # a new file renamed into place, not an append to the old one
+    assert listing(warm / "archive") == {"2026-07.md.gz"}
+    assert gzip.decompress(archive.read_bytes()).count(b"memd-archive: ") == 2
+
+
+def bomb(path: Path, megabytes: int) -> None:
+    """`megabytes` MiB of zeros in one gzip member, written in pieces (never held whole in memory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = b"\0" * (1 << 20)
+    with path.open("wb") as f:
+        for _ in range(megabytes):
+            f.write(z.compress(zeros))
+        f.write(z.flush())
+
+
+def test_reading_an_archive_is_capped_so_a_gzip_bomb_is_a_clear_error(warm: Path) -> None:
+    bomb(warm / "archive" / "2026-01.md.gz", 256)  # ~250 KiB on disk, 256 MiB decompressed
+    cap = 4 << 20
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveTooLarge, match="archive_max_bytes") as raised:
+            retention.read_archived_day(warm, date(2026, 1, 5), max_bytes=cap)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert peak < 4 * cap, f"reading the bomb took {peak} bytes"
+    assert raised.value.code == -32005
+    assert raised.value.data == {"file": "warm/archive/2026-01.md.gz", "archive_max_bytes": cap}
+
+
+def test_a_bomb_in_the_month_blocks_neither_the_sweep_nor_the_other_files(warm: Path) -> None:
+    bomb(warm / "archive" / "2026-02.md.gz", 64)
+    contents = make_days(warm, [date(2026, 2, 1)])
+
+    outcome = retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION), max_bytes=1 << 20)
+
+    assert outcome.removed == [day_name(date(2026, 2, 1))]
+    assert "archive_max_bytes" in outcome.warnings[0]
+    assert retention.read_archived_day(warm, date(2026, 2, 1), max_bytes=1 << 20) == contents["2026-02-01.md"].decode()
+    with pytest.raises(ArchiveTooLarge):  # not found elsewhere, and one file could not be read
+        retention.read_archived_day(warm, date(2026, 2, 2), max_bytes=1 << 20)
+
+
+def test_an_archive_never_grows_past_the_cap_and_a_day_bigger_than_the_cap_stays(warm: Path) -> None:
+    days = [date(2026, 3, d) for d in range(1, 5)]
+    warm.mkdir(parents=True, exist_ok=True)
+    contents = {}
+    for day in days:
+        data = (entry_text(day, "work") + os.urandom(300).hex() + "\n").encode()  # ~800 bytes each
+        (warm / day_name(day)).write_bytes(data)
+        contents[day_name(day)] = data
+    huge = date(2026, 3, 9)
+    (warm / day_name(huge)).write_bytes(b"x" * 5000)
+
+    outcome = retention.archive_expired(retention.plan_sweep(warm, TODAY, RETENTION), max_bytes=2000)
+
+    assert outcome.removed == [day_name(d) for d in days]
+    assert list(outcome.kept) == [day_name(huge)] and "archive_max_bytes" in outcome.kept[day_name(huge)]
+    assert (warm / day_name(huge)).read_bytes() == b"x" * 5000
+    files = sorted(listing(warm / "archive"))
+    assert files == ["2026-03.1.md.gz", "2026-03.md.gz"]
+    for name in files:
+        assert len(gzip.decompress((warm / "archive" / name).read_bytes())) <= 2000
+    for day in days:
+        assert retention.read_archived_day(warm, day, max_bytes=2000) == contents[day_name(day)].decode()
+
+
+@pytest.mark.parametrize("value", [1000, (1 << 30) + 1, -1])
+def test_the_archive_cap_is_range_checked_in_the_config_globally_and_per_workspace(value: int) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(
+            {
+                "warm": {"archive_max_bytes": value},
+                "workspaces": {"w": {"path": "/w", "warm": {"archive_max_bytes": value}}},
+            },
+            {"HOME": "/home/ada"},
+        )
+    assert "warm.archive_max_bytes: must be between 1048576 (1 MiB) and 1073741824 (1 GiB)" in raised.value.errors
+    assert any(e.startswith("workspaces.w.warm.archive_max_bytes:") for e in raised.value.errors)
+
+
+def test_the_example_config_states_the_archive_cap_default() -> None:
+    example = tomllib.loads((Path(__file__).parents[2] / "config.example.toml").read_text(encoding="utf-8"))
+
+    assert example["warm"]["archive_max_bytes"] == WarmConfig().archive_max_bytes == DEFAULT_ARCHIVE_MAX_BYTES
+    assert parse_config({"warm": example["warm"]}, {"HOME": "/home/ada"}).warm == WarmConfig()
+
+
+# --- nothing leaves warm/ that git does not hold ---------------------------------------------------------------
+
+
+def held_as_is(warm: Path, names: list[str], commit: str = "c0ffee" * 6 + "abcd") -> retention.Held:
+    return retention.Held(commit, {name: retention.blob_id((warm / name).read_bytes()) for name in names})
+
+
+@pytest.mark.parametrize("mode", ["delete", "archive"])
+def test_only_days_git_holds_byte_for_byte_are_removed_the_others_are_kept_with_the_reason(
+    warm: Path, mode: str
+) -> None:
+    held_day, changed, missing = date(2026, 10, 1), date(2026, 10, 2), date(2026, 10, 3)
+    contents = make_days(warm, [held_day, changed, missing])
+    held = held_as_is(warm, [day_name(held_day), day_name(changed)])
+    (warm / day_name(changed)).write_bytes(contents[day_name(changed)] + b"appended after the commit\n")
+    plan = retention.plan_sweep(warm, TODAY, RETENTION)
+
+    run = retention.archive_expired if mode == "archive" else retention.delete_expired
+    outcome = run(plan, held)
+
+    assert outcome.removed == [day_name(held_day)]
+    assert set(outcome.kept) == {day_name(changed), day_name(missing)}
+    assert "differs from the snapshot at c0ffeec0ffee" in outcome.kept[day_name(changed)]
+    assert "not in the snapshot" in outcome.kept[day_name(missing)]
+    assert listing(warm) - {"archive"} == {day_name(changed), day_name(missing)}
+    if mode == "archive":
+        assert retention.read_archived_day(warm, held_day) == contents[day_name(held_day)].decode()
+        assert retention.read_archived_day(warm, changed) is None
+
+
+def test_without_what_git_holds_every_expired_day_goes_as_before(warm: Path) -> None:
+    days = [date(2026, 10, 1), date(2026, 10, 2)]
+    make_days(warm, days)
+
+    outcome = retention.delete_expired(retention.plan_sweep(warm, TODAY, RETENTION), None)
+
+    assert outcome.removed == [day_name(d) for d in days] and outcome.kept == {}
+
+
+def test_the_blob_id_is_gits_for_sha1_and_sha256() -> None:
+    assert retention.blob_id(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # git hash-object /dev/null
+    assert retention.blob_id(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
+    assert retention.blob_id(b"", 64) == "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"
 
 
 # --- through a Workspace: the local date, DST ----------------------------------------------------------------
