@@ -16,14 +16,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from memd import fsio
 from memd.batch import Draft
-from memd.checkpoint_plan import Plan, keyed, pinned, plan_checkpoint, verify_summary
+from memd.checkpoint_flush import entry_key_in, flush_to_warm
+from memd.checkpoint_plan import (
+    NOTHING_TO_COMPRESS,
+    Plan,
+    fold_line,
+    keyed,
+    pinned,
+    plan_checkpoint,
+    verify_summary,
+    without_fold_line,
+)
 from memd.config import CheckpointConfig
 from memd.errors import Busy, CheckpointFailed, MemdError, NotFound
 from memd.snapshots import Snapshotter
@@ -47,6 +60,9 @@ class Health:
     day: str = ""
     llm_tokens_today: int = 0
     redactions: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0  # LLM summaries refused by the checks (the extractive one was applied instead)
+    last_rejection: str = ""
+    held_until_tokens: int | None = None  # after an undo: no automatic checkpoint until hot grows past this
 
 
 class Checkpointer:
@@ -58,15 +74,20 @@ class Checkpointer:
         max_tokens_per_day: int,
         deadline_seconds: float,
         now: Callable[[], float],
+        fallback: Summarizer | None = None,
+        spend_file: Path | None = None,
     ) -> None:
         self.config = config
         self.deadline_seconds = deadline_seconds
         self.summarizer = summarizer
+        self.fallback = fallback  # the extractive summarizer, applied when an LLM summary fails its checks
         self.snapshots = snapshots
         self.max_tokens_per_day = max_tokens_per_day
         self._now = now
         self.health: dict[str, Health] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._spend_file = spend_file  # LLM tokens spent per workspace and day, so a restart does not reset the cap
+        self._load_spend()
 
     # --- triggers --------------------------------------------------------------------------------------------
 
@@ -81,6 +102,11 @@ class Checkpointer:
 
     def maybe_schedule(self, ws: Workspace) -> bool:
         health = self.health.setdefault(ws.name, Health())
+        if health.held_until_tokens is not None:
+            if not self.over_threshold(ws) or ws.hot.tokens > health.held_until_tokens:
+                health.held_until_tokens = None  # below the threshold again, or grown since the undo: resume
+            else:
+                return False
         if health.in_flight or not self.over_threshold(ws) or self._now() < health.next_allowed:
             return False
         task = asyncio.get_running_loop().create_task(self._run_quietly(ws))
@@ -110,7 +136,8 @@ class Checkpointer:
         try:
             record = await self._run(ws, health)
         except MemdError as exc:
-            self._failed(ws, health, exc.message)
+            if not (force and (exc.data or {}).get("reason") == NOTHING_TO_COMPRESS):
+                self._failed(ws, health, exc.message)  # a manual run with no work is an answer, not a failure
             raise
         except Exception as exc:
             self._failed(ws, health, f"{type(exc).__name__}: {exc}")
@@ -148,13 +175,32 @@ class Checkpointer:
             planned_doc = await self._doc_at(ws, pre_commit)
         plan = self.plan(ws, planned_doc)
         self._check_daily_cap(ws, health, plan)
-        request = SummaryRequest(plan.entries, plan.allotment, task=str(ws.hot.doc.get("task") or ""))
+        request = SummaryRequest(plan.entries, plan.summary_allotment, task=str(ws.hot.doc.get("task") or ""))
         try:
             result = await asyncio.wait_for(self.summarizer.summarize(request), self.deadline_seconds)
         except TimeoutError:
+            self._count_spend(ws, health, None, request)
             raise CheckpointFailed(f"summarizer missed the {self.deadline_seconds:.0f}s deadline") from None
-        self._count_spend(health, result)
-        summary = self.verify(ws, plan, result)
+        except BaseException:
+            self._count_spend(ws, health, None, request)
+            raise
+        self._count_spend(ws, health, result, request)
+        rejection = ""
+        llm = self.summarizer.name != "extractive"
+        try:
+            summary = self.verify(ws, plan, result, structured=llm)
+        except CheckpointFailed as exc:
+            if not llm or self.fallback is None:
+                raise
+            # A summary that is cut off, forges structure or drops the facts is not applied; the extractive one is,
+            # so the budget still holds. The rejection shows in status and in the record.
+            rejection = exc.message
+            health.rejected += 1
+            health.last_rejection = rejection
+            log.warning("checkpoint of %s: LLM summary rejected, extractive applied instead: %s", ws.name, rejection)
+            result = await self.fallback.summarize(SummaryRequest(plan.entries, request.max_tokens, task=request.task))
+            summary = self.verify(ws, plan, result)
+        summary = without_fold_line(summary).rstrip("\n") + "\n"
         checkpoint_id = f"ckpt-{ws.clock.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         keys = {e.key for e in plan.entries if e.kind != "summary"}
         # What was summarized, exactly: an entry edited while the summarizer ran (same id, new text) is not what
@@ -165,6 +211,7 @@ class Checkpointer:
             for k, entry in keyed(list(planned_doc.get(field) or []))
             if k in keys
         }
+        flush = self.config.flush_to_warm
 
         def compressed(key: str, entry: dict[str, Any]) -> bool:
             return key in summarized and summarized[key] == entry
@@ -177,21 +224,25 @@ class Checkpointer:
             notes, decisions = keyed(list(doc.get("notes") or [])), keyed(list(doc.get("decisions") or []))
             new["notes"] = [n for k, n in notes if not compressed(k, n)]
             new["decisions"] = [d for k, d in decisions if not compressed(k, d)]
+            removed = [(k, e, "decision") for k, e in decisions if compressed(k, e)]
+            removed += [(k, e, "note") for k, e in notes if compressed(k, e)]
             edited = sorted(k for k, e in [*notes, *decisions] if k in summarized and not compressed(k, e))
-            new["summary"] = summary
+            new["summary"] = summary + fold_line(plan.summary_before, len(removed), pre_commit)
             # Writes during the call (a new step, decision or note) are fine; what must never happen is that
             # removing the compressed entries touches what is pinned now.
             if pinned(new, plan.keep_decisions, plan.kept_notes) != pinned(doc, plan.keep_decisions, plan.kept_notes):
                 raise CheckpointFailed("applying the summary would change pinned context; nothing applied")
+            flushed = flush_to_warm(ws, draft, checkpoint_id, removed) if flush else 0
             tokens_after = ws.hot.count(new)
             record = {
                 "id": checkpoint_id,
                 "at": draft.now.isoformat(timespec="seconds"),
                 "tokens_before": plan.tokens_before,
                 "tokens_after": tokens_after,
-                "entries_compressed": len(plan.entries),
-                "compressed": sorted(keys - set(edited)) + (["summary"] if plan.summary_before else []),
+                "entries_compressed": len(removed),
+                "compressed": sorted(k for k, _, _ in removed) + (["summary"] if plan.summary_before else []),
                 "kept_edited": edited,
+                "flushed_to_warm": flushed,
                 "pre_commit": pre_commit,
                 "post_commit": "",
                 "backend": result.backend,
@@ -201,6 +252,8 @@ class Checkpointer:
                 "request_ids": result.request_ids,
                 "redactions": result.redactions,
             }
+            if rejection:
+                record["rejected"] = {"backend": self.summarizer.name, "reason": rejection}
             # The newest records stay in hot; older ones are in git history and the warm log.
             new["checkpoints"] = [*(doc.get("checkpoints") or []), record][-RECORDS_KEPT:]
             draft.set_hot(new)
@@ -210,9 +263,10 @@ class Checkpointer:
                     ("id", checkpoint_id),
                     ("tokens_before", str(plan.tokens_before)),
                     ("tokens_after", str(tokens_after)),
-                    ("entries_compressed", str(len(plan.entries))),
+                    ("entries_compressed", str(len(removed))),
                     ("pre_commit", pre_commit or "(snapshots disabled)"),
                     ("backend", result.backend),
+                    *((("rejected", f"{self.summarizer.name}: {rejection}"),) if rejection else ()),
                 ),
                 f"hot {plan.tokens_before} -> {tokens_after} tokens",
             )
@@ -253,34 +307,145 @@ class Checkpointer:
     def plan(self, ws: Workspace, doc: HotDoc) -> Plan:
         return plan_checkpoint(self.config, ws, doc)
 
-    def verify(self, ws: Workspace, plan: Plan, result: SummaryResult) -> str:
-        return verify_summary(ws, plan, result)
+    def verify(self, ws: Workspace, plan: Plan, result: SummaryResult, structured: bool = False) -> str:
+        return verify_summary(ws, plan, result, self.config.min_fact_coverage, structured)
 
     def _check_daily_cap(self, ws: Workspace, health: Health, plan: Plan) -> None:
         if self.summarizer.name == "extractive":
             return
-        today = ws.clock.now().date().isoformat()
-        if health.day != today:
-            health.day, health.llm_tokens_today = today, 0
-        estimate = sum(ws.counter.count(e.text) for e in plan.entries) + plan.allotment
+        self._roll_day(ws, health)
+        # The prompt's framing (instructions, labels, task) costs about as much again as a tenth of the entries.
+        entries = sum(ws.counter.count(e.text) for e in plan.entries)
+        estimate = entries + entries // 10 + 400 + plan.allotment
         if health.llm_tokens_today + estimate > self.max_tokens_per_day:
             raise CheckpointFailed(
                 f"daily LLM token cap reached for {ws.name!r} ({health.llm_tokens_today} used, ~{estimate} needed, "
                 f"llm.max_tokens_per_day = {self.max_tokens_per_day})"
             )
 
-    def _count_spend(self, health: Health, result: SummaryResult) -> None:
-        health.llm_tokens_today += result.tokens_in + result.tokens_out
-        for kind, n in result.redactions.items():
-            health.redactions[kind] = health.redactions.get(kind, 0) + n
+    def _roll_day(self, ws: Workspace, health: Health) -> None:
+        today = ws.clock.now().date().isoformat()
+        if health.day != today:
+            health.day, health.llm_tokens_today = today, 0
+
+    def _count_spend(
+        self, ws: Workspace, health: Health, result: SummaryResult | None, request: SummaryRequest
+    ) -> None:
+        """What a summary cost against the daily cap: the endpoint's `usage` when it reports one, else memd's own
+        estimate of every attempt (failed and timed-out ones included), which the summarizer metered."""
+        if self.summarizer.name == "extractive" and (result is None or result.backend == "extractive"):
+            return
+        self._roll_day(ws, health)
+        health.llm_tokens_today += request.meter.tokens or (result.tokens_in + result.tokens_out if result else 0)
+        if result is not None:
+            for kind, n in result.redactions.items():
+                health.redactions[kind] = health.redactions.get(kind, 0) + n
+        self._save_spend()
+
+    def _load_spend(self) -> None:
+        if self._spend_file is None:
+            return
+        try:
+            data = json.loads(self._spend_file.read_bytes())
+            for name, entry in dict(data.get("workspaces") or {}).items():
+                health = self.health.setdefault(str(name), Health())
+                health.day, health.llm_tokens_today = str(entry["day"]), int(entry["tokens"])
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("could not read LLM spend from %s (%s); counting from zero today", self._spend_file, exc)
+
+    def _save_spend(self) -> None:
+        if self._spend_file is None:
+            return
+        data = {
+            "workspaces": {
+                name: {"day": h.day, "tokens": h.llm_tokens_today} for name, h in self.health.items() if h.day
+            }
+        }
+        try:
+            fsio.ensure_dir(self._spend_file.parent, 0o700)
+            fsio.atomic_replace(self._spend_file, json.dumps(data, sort_keys=True).encode(), 0o600)
+        except OSError as exc:
+            log.warning("could not save LLM spend to %s: %s", self._spend_file, exc)
+
+    # --- undo ------------------------------------------------------------------------------------------------
+
+    async def undo(self, ws: Workspace, checkpoint_id: str) -> dict[str, Any]:
+        """Put back what checkpoint `checkpoint_id` compressed and its previous summary, keeping every write made
+        since (not a rollback of the file), as a new commit. Only the newest applied summary can be undone: a
+        later checkpoint folded this one's summary into its own, so undo that one first."""
+        health = self.health.setdefault(ws.name, Health())
+        if health.in_flight:
+            raise Busy(f"a checkpoint of {ws.name!r} is running; undo it once it has finished")
+        record = await self.find_record(ws, checkpoint_id)
+        if not record.get("pre_commit"):
+            raise CheckpointFailed(
+                f"checkpoint {checkpoint_id!r} has no pre-state commit (snapshots were disabled): nothing to undo from"
+            )
+        before = await self._doc_at(ws, record["pre_commit"])
+        written = (
+            str((await self._doc_at(ws, record["post_commit"])).get("summary") or "")
+            if record.get("post_commit")
+            else None
+        )
+        keys = {k for k in record.get("compressed") or [] if k != "summary"}
+        originals = {
+            field: [e for k, e in keyed(list(before.get(field) or [])) if k in keys] for field in ("notes", "decisions")
+        }
+        undo_id = checkpoint_id
+
+        def apply(draft: Draft) -> dict[str, Any]:
+            doc = draft.edit_hot()
+            current = str(doc.get("summary") or "")
+            if written is not None and current != written:
+                raise CheckpointFailed(
+                    f"the summary of {ws.name!r} is no longer the one checkpoint {undo_id} wrote (a later checkpoint "
+                    "or an edit replaced it); undo the later checkpoint first, or restore from git"
+                )
+            new = dict(doc)
+            restored = 0
+            for part in ("notes", "decisions"):
+                present = {k for k, _ in keyed(list(doc.get(part) or []))}
+                back = [e for e in originals[part] if not entry_key_in(e, present)]
+                restored += len(back)
+                new[part] = back + list(doc.get(part) or [])  # the compressed entries are the older ones
+            new["summary"] = str(before.get("summary") or "")
+            records = [dict(r) for r in doc.get("checkpoints") or []]
+            for r in records:
+                if r.get("id") == undo_id:
+                    r["undone_at"] = draft.now.isoformat(timespec="seconds")
+            new["checkpoints"] = records
+            draft.set_hot(new)
+            draft.log("checkpoint-undo", (("id", undo_id), ("restored_entries", str(restored))))
+            return {"id": undo_id, "restored_entries": restored}
+
+        result = await ws.write(apply)
+        commit, _ = await self.snapshots.snapshot(ws, "checkpoint undo", {"Memd-Checkpoint-Undone": undo_id})
+        health.held_until_tokens = ws.hot.tokens
+        result.update(commit=commit, tokens=ws.hot.tokens)
+        return result
+
+    async def find_record(self, ws: Workspace, checkpoint_id: str) -> dict[str, Any]:
+        """A checkpoint record: from hot (the newest ten), else from the git history of hot/context.json."""
+        for r in ws.hot.doc.get("checkpoints") or []:
+            if r.get("id") == checkpoint_id:
+                return dict(r)
+        if self.snapshots.config.enabled:
+            for commit in await self.snapshots.history(ws, "hot/context.json", 10_000):
+                if checkpoint_id not in json.dumps(commit):
+                    continue
+                with contextlib.suppress(MemdError, ValueError):
+                    doc = await self._doc_at(ws, str(commit.get("commit") or ""))
+                    for r in doc.get("checkpoints") or []:
+                        if r.get("id") == checkpoint_id:
+                            return dict(r)
+        raise NotFound(f"no checkpoint {checkpoint_id!r} in {ws.name!r} (hot or git history); see checkpoint.list")
 
     # --- inspection ------------------------------------------------------------------------------------------
 
     async def show(self, ws: Workspace, checkpoint_id: str) -> dict[str, Any]:
-        records = {r.get("id"): r for r in ws.hot.doc.get("checkpoints") or []}
-        record = records.get(checkpoint_id)
-        if record is None:
-            raise NotFound(f"no checkpoint {checkpoint_id!r} in {ws.name!r}; see checkpoint.list")
+        record = await self.find_record(ws, checkpoint_id)
         originals: list[dict[str, Any]] = []
         summary_before = ""
         summary = str(ws.hot.doc.get("summary") or "")
@@ -322,4 +487,7 @@ class Checkpointer:
             else None,
             "llm_tokens_today": h.llm_tokens_today,
             "redactions": dict(h.redactions),
+            "llm_summaries_rejected": h.rejected,
+            "last_rejection": h.last_rejection or None,
+            "held_after_undo": h.held_until_tokens is not None,
         }

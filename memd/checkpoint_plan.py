@@ -17,11 +17,12 @@ from typing import Any
 
 from memd.config import CheckpointConfig
 from memd.errors import CheckpointFailed
-from memd.summarizer import SUMMARY_HEADING, Entry, SummaryResult
+from memd.summarizer import SUMMARY_HEADING, Entry, SummaryResult, fact_tokens
 from memd.tiers import hot_format
 from memd.tiers.hot_format import HotDoc
 from memd.workspace import Workspace
 
+NOTHING_TO_COMPRESS = "nothing_to_compress"  # CheckpointFailed.data["reason"]: no work, not a failure
 MIN_ALLOTMENT = 40  # below this no summary is worth writing (the extractive one needs ~12 for its frame)
 _REFUSAL = re.compile(
     r"^\s*(i'?m sorry|i am sorry|i can(?:'|no)t|as an ai\b|error\b|sorry,|i apologi[sz]e|unable to)", re.I
@@ -36,6 +37,11 @@ class Plan:
     tokens_before: int
     keep_decisions: int
     kept_notes: list[str]
+    fold_reserve: int = 0  # tokens of memd's fold line, kept out of the summarizer's share of the allotment
+
+    @property
+    def summary_allotment(self) -> int:
+        return self.allotment - self.fold_reserve
 
 
 def entry_key(entry: dict[str, Any]) -> str:
@@ -95,11 +101,13 @@ def plan_checkpoint(config: CheckpointConfig, ws: Workspace, doc: HotDoc) -> Pla
         skeleton = {**doc, "notes": kept_notes, "decisions": decisions[len(decisions) - keep_d :], "summary": ""}
         return ws.hot.count(skeleton) + counter.count_piece("## Notes\n")
 
+    summary_before = str(doc.get("summary") or "")
+    reserve = counter.count_piece(fold_line(summary_before, len(notes) + len(decisions), "0" * 12))
     allotment = int(target - fixed_tokens(kept))
-    while allotment < MIN_ALLOTMENT and kept:
+    while allotment - reserve < MIN_ALLOTMENT and kept:
         kept.pop(0)  # the recent window yields before the target is missed
         allotment = int(target - fixed_tokens(kept))
-    if allotment < MIN_ALLOTMENT:
+    if allotment - reserve < MIN_ALLOTMENT:
         raise CheckpointFailed(
             f"the pinned parts of {ws.name!r} (task, step, pending actions, files, last {keep_d} decisions) "
             f"alone exceed the checkpoint target of {int(target)} tokens; raise budget.hot or trim them"
@@ -115,11 +123,13 @@ def plan_checkpoint(config: CheckpointConfig, ws: Workspace, doc: HotDoc) -> Pla
         for n in notes
         if note_keys[id(n)] not in kept_keys
     ]
-    summary_before = str(doc.get("summary") or "")
     if summary_before:
-        entries.insert(0, Entry("summary", "summary", summary_before))
+        entries.insert(0, Entry("summary", "summary", without_fold_line(summary_before)))
     if not entries:
-        raise CheckpointFailed(f"nothing in {ws.name!r} is old enough to compress (only pinned context)")
+        raise CheckpointFailed(
+            f"nothing in {ws.name!r} is old enough to compress (only pinned context)",
+            data={"reason": NOTHING_TO_COMPRESS},
+        )
     return Plan(
         entries=entries,
         summary_before=summary_before,
@@ -127,27 +137,89 @@ def plan_checkpoint(config: CheckpointConfig, ws: Workspace, doc: HotDoc) -> Pla
         tokens_before=ws.hot.count(doc),
         keep_decisions=keep_d,
         kept_notes=kept_keys,
+        fold_reserve=reserve,
     )
 
 
-def verify_summary(ws: Workspace, plan: Plan, result: SummaryResult) -> str:
-    """The summary as it will be written, or CheckpointFailed: empty, a refusal, or over its allotment."""
+SECTIONS = ("## Decisions", "## Facts and identifiers", "## Errors and fixes", "## Open questions")
+_FOLD = re.compile(r"^- \(folds in (\d+) entries from (\d+) checkpoints?; pre-state ([^)]*)\)[ \t]*\n?", re.M)
+
+
+def verify_summary(
+    ws: Workspace, plan: Plan, result: SummaryResult, min_coverage: float = 0.0, structured: bool = False
+) -> str:
+    """The summary as it will be written (without the fold line), or CheckpointFailed: cut off, empty, a refusal,
+    over its allotment, and for an LLM's (`structured`) one that breaks the asked-for structure or keeps fewer
+    than `min_coverage` of the identifiers, paths and numbers it was given."""
+    if result.finish_reason not in ("stop", ""):
+        raise CheckpointFailed(
+            f"the summary was cut off (finish_reason {result.finish_reason!r}: it hit its token limit); nothing applied"
+        )
     text = result.text.strip()
     if not text or text == SUMMARY_HEADING:
         raise CheckpointFailed("the summarizer returned an empty summary; nothing applied")
     body = text.removeprefix(SUMMARY_HEADING).strip()
     if not body or _REFUSAL.match(body):
         raise CheckpointFailed(f"the summarizer returned an error or refusal instead of a summary: {body[:120]!r}")
-    if not text.startswith(SUMMARY_HEADING):
-        text = f"{SUMMARY_HEADING}\n{text}"
-    text += "\n"
+    if structured:
+        _check_structure(body)
+        _check_coverage(plan, body, min_coverage)
+    text = f"{SUMMARY_HEADING}\n{body}\n"
     tokens = ws.counter.count(text)
-    if tokens > plan.allotment:
+    if tokens > plan.summary_allotment:
         raise CheckpointFailed(
-            f"the summary has {tokens} tokens, over its allotment of {plan.allotment} (the checkpoint target); "
-            "nothing applied"
+            f"the summary has {tokens} tokens, over its allotment of {plan.summary_allotment} (the checkpoint "
+            "target); nothing applied"
         )
     return text
+
+
+def _check_structure(body: str) -> None:
+    for n, line in enumerate(body.splitlines(), 1):
+        if not line.strip() or line in SECTIONS or line.startswith("- ") or line.startswith("  "):
+            continue
+        raise CheckpointFailed(
+            f"the summary breaks the asked-for structure at line {n} ({line[:80]!r}): only the headings "
+            f"{', '.join(SECTIONS)} and '- ' bullets are accepted; nothing applied"
+        )
+
+
+def _check_coverage(plan: Plan, body: str, min_coverage: float) -> None:
+    facts = set().union(*(fact_tokens(e.text) for e in plan.entries)) if plan.entries else set()
+    facts = {f for f in facts if not _FOLD_WORDS.match(f)}
+    if len(facts) < 3:
+        return
+    kept_text = body.lower()
+    kept = sum(1 for f in facts if f in kept_text)
+    share = kept / len(facts)
+    if share < min_coverage:
+        missing = sorted(f for f in facts if f not in kept_text)[:8]
+        raise CheckpointFailed(
+            f"the summary keeps {kept} of {len(facts)} identifiers, paths and numbers of what it compresses "
+            f"({share:.0%}, checkpoint.min_fact_coverage is {min_coverage:.0%}; missing e.g. {', '.join(missing)}); "
+            "nothing applied"
+        )
+
+
+_FOLD_WORDS = re.compile(r"^[0-9a-f]{7,40}$")  # commit ids in the fold line are memd's, not facts to keep
+
+
+def fold_line(summary_before: str, compressed: int, pre_commit: str) -> str:
+    """memd's own last line of a summary: how many entries all checkpoints so far folded in (exact, carried from
+    the previous summary) and the newest pre-state commit, which holds them verbatim (each checkpoint record names
+    its own, `memd checkpoints WS`)."""
+    entries, checkpoints = compressed, 1
+    match = _FOLD.search(summary_before)
+    if match:
+        entries += int(match.group(1))
+        checkpoints += int(match.group(2))
+    where = pre_commit[:12] if pre_commit else "none (snapshots disabled)"
+    plural = "s" if checkpoints > 1 else ""
+    return f"- (folds in {entries} entries from {checkpoints} checkpoint{plural}; pre-state {where})\n"
+
+
+def without_fold_line(summary: str) -> str:
+    return _FOLD.sub("", summary)
 
 
 def _decision_text(decision: dict[str, Any]) -> str:

@@ -3,11 +3,14 @@
 Hot is rendered whole when it fits; over budget, the oldest notes go first, then the oldest decisions, then the
 summary is cut (the pinned header — task, step, files, pending — always stays). Warm is the recent days, newest
 entry first, until its budget is spent. Cold is the learnings relevant to the topic, best match first.
-Budgets are in tokens, never characters. Imports memd.workspace, the tier formats and memd.tokens.
+Budgets are in tokens, never characters. Every stored value reaches the text through the tier formats' renderers,
+which pass it through memd.textfmt's escaping rule: this module adds only fixed headings, so no value can add a
+line or a heading to the payload. Imports memd.workspace, the tier formats and memd.tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -111,14 +114,33 @@ def recent_warm(ws: Workspace, days: int) -> list[tuple[date, list[WarmEntry]]]:
     return [(d, ws.warm.entries_for(d)) for d in ws.warm.recent_days(ws.today(), days)]
 
 
-def build_context(ws: Workspace, topic: str | None) -> dict[str, Any]:
-    """The assembled context text and its usage breakdown `{tier: {tokens, budget, percent}}`."""
+UNBOUNDED = 1 << 40  # `all`: no budget cuts anything
+
+
+def build_context(ws: Workspace, topic: str | None, everything: bool = False) -> dict[str, Any]:
+    """The assembled context text and its usage breakdown `{tier: {tokens, budget, percent}}`. What a budget left
+    out is said in the text itself (an agent reading only the text must know it is not all), within that budget."""
     budget = ws.config.budget
-    sections = {
-        "hot": render_hot(ws.hot.doc, ws.counter, budget.hot),
-        "warm": render_warm(recent_warm(ws, ws.config.warm.recent_days), ws.counter, budget.warm),
-        "cold": render_cold(cold_format.relevant(ws.cold.learnings, topic), ws.counter, budget.cold),
+    counter = ws.counter
+    hot, warm, cold = (UNBOUNDED,) * 3 if everything else (budget.hot, budget.warm, budget.cold)
+    days = recent_warm(ws, ws.config.warm.recent_days)
+    learnings = cold_format.relevant(ws.cold.learnings, topic)
+    renderers = {
+        "hot": lambda b: render_hot(ws.hot.doc, counter, b),
+        "warm": lambda b: render_warm(days, counter, b),
+        "cold": lambda b: render_cold(learnings, counter, b),
     }
+    sections: dict[str, Section] = {}
+    for tier, limit in (("hot", hot), ("warm", warm), ("cold", cold)):
+        section = renderers[tier](limit)
+        if section.omitted:
+            section = _with_notice(ws.name, tier, limit, section, renderers[tier], counter)
+        sections[tier] = section
+    if everything:
+        sections = {
+            t: Section(s.text, TierUsage(s.usage.tokens, getattr(budget, t)), s.items, s.omitted, s.learnings)
+            for t, s in sections.items()
+        }
     text = "\n".join(s.text.rstrip("\n") + "\n" for s in sections.values() if s.text)
     return {
         "text": text,
@@ -127,3 +149,29 @@ def build_context(ws: Workspace, topic: str | None) -> dict[str, Any]:
         "omitted": {tier: s.omitted for tier, s in sections.items()},
         "model_window": budget.model_window,
     }
+
+
+def _with_notice(
+    workspace: str, tier: str, limit: int, plain: Section, render: Callable[[int], Section], counter: TokenCounter
+) -> Section:
+    """The section re-rendered with room for the line saying what it left out, or as it was when even that line
+    does not fit the budget (the `omitted` figure in the reply still says it)."""
+    notice = omission_notice(workspace, tier, plain.omitted)
+    section = render(max(0, limit - counter.count_piece(notice)))
+    notice = omission_notice(workspace, tier, section.omitted)
+    text = section.text.rstrip("\n") + "\n" + notice if section.text else notice
+    tokens = counter.count(text)
+    if tokens > limit:
+        return plain
+    return Section(text, TierUsage(tokens, limit), section.items, section.omitted, section.learnings)
+
+
+_OMITTED_WHAT = {"hot": "older notes and decisions", "warm": "older activity entries", "cold": "learnings"}
+
+
+def omission_notice(workspace: str, tier: str, omitted: int) -> str:
+    """One line of memd's own text (no stored value in it) saying what a budget left out and how to see it."""
+    return (
+        f"_({omitted} {_OMITTED_WHAT[tier]} omitted to fit the {tier} budget; "
+        f"`memd context {workspace} --all` shows everything)_\n"
+    )

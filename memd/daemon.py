@@ -114,7 +114,11 @@ class Daemon:
         }
 
     def _workspace_status(self, ws: Workspace) -> dict[str, Any]:
-        errors = {tier: s.error.message for tier, s in (("hot", ws.hot), ("cold", ws.cold)) if s.error is not None}
+        errors: dict[str, Any] = {
+            tier: s.error.message for tier, s in (("hot", ws.hot), ("cold", ws.cold)) if s.error is not None
+        }
+        if ws.warm.errors:
+            errors["warm"] = {day.isoformat(): why for day, why in sorted(ws.warm.errors.items())}
         return {
             "path": str(ws.root),
             "usage": ws.usage_dict(),
@@ -269,13 +273,14 @@ class Daemon:
         return await self.snapshots.flush("interval flush")
 
     async def _reconcile(self) -> int:
-        return self.registry.reconcile()
+        return await self.registry.reconcile()
 
     async def _budget_scan(self) -> dict[str, Any]:
         """Catch what the write path missed (outside edits): schedule checkpoints for hot tiers over threshold."""
         over: dict[str, Any] = {}
         for name, ws in list(self.registry.workspaces.items()):
-            ws.refresh()
+            if ws.looks_changed():
+                await ws.adopt()
             if self.checkpoints.over_threshold(ws):
                 over[name] = {"hot": ws.usage()["hot"].as_dict(), "scheduled": self.checkpoints.maybe_schedule(ws)}
         return {"over_threshold": over}
@@ -316,6 +321,7 @@ class Daemon:
             self.clock,
             self.io,
             max_pending=self.config.server.max_pending_writes,
+            limits=self.config.limits,
         )
         try:
             removed = ws.open()

@@ -294,8 +294,9 @@ def remove_stale_temp_files(directories: Iterable[Path]) -> list[Path]:
             names = os.listdir(directory)
         except FileNotFoundError:
             continue
+        own = f"{TEMP_MARKER}{os.getpid()}-"  # a reload reopening a directory memd is writing: not stale
         for name in names:
-            if is_temp_name(name):
+            if is_temp_name(name) and own not in name:
                 victim = directory / name
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(victim)

@@ -58,6 +58,8 @@ class Registry:
         self.workspaces: dict[str, Workspace] = {}
         self.discovered: set[str] = set()
         self.refused: dict[str, str] = {}  # configured workspaces another daemon holds: name -> why
+        self._file_errors: dict[tuple[str, str], str] = {}  # (workspace, tier) -> why its writes are refused
+        self._tasks: set[asyncio.Task[None]] = set()  # adoptions in flight (a reference keeps each alive)
         self._refused_configs: dict[str, WorkspaceConfig] = {}
         self.on_register: Callable[[Workspace], None] | None = None
         self._by_root: dict[Path, str] = {}
@@ -110,6 +112,7 @@ class Registry:
         self._by_root[ws.root] = ws.name
         self._identity[ws] = directory_identity(ws.root)
         ws.on_commit = self._on_commit
+        self._log_file_errors(ws)
         if self.on_register is not None:
             self.on_register(ws)
         if self.watcher is not None:
@@ -180,14 +183,14 @@ class Registry:
                 await self.remove(name)  # discovered, now configured under another name: that name serves it
             elif wanted is not None:
                 self.discovered.discard(name)  # configured now: the config's settings win
-                self.workspaces[name].reconfigure(wanted)
+                self.workspaces[name].reconfigure(wanted, new.limits)
         for ws in opened.values():
             self._register(ws)
         self.refused = {n: why for n, why in self.refused.items() if n in new.workspaces and n not in opened}
         self._refused_configs = {n: new.workspaces[n] for n in self.refused}
         for name in list(self.discovered):
             ws = self.workspaces[name]
-            ws.reconfigure(new.workspace_for_discovered(name, ws.root))
+            ws.reconfigure(new.workspace_for_discovered(name, ws.root), new.limits)
         self.discover()
 
     # --- discovery -------------------------------------------------------------------------------------------
@@ -275,22 +278,33 @@ class Registry:
         if self.watcher is not None and ws.root in self._rewatch:
             self._rewatch.discard(ws.root)
             self.watcher.watch_workspace(ws.root)
-        changed = ws.refresh()
+        task = asyncio.get_running_loop().create_task(self._adopt_off_loop(name, ws))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _adopt_off_loop(self, name: str, ws: Workspace) -> None:
+        try:
+            changed = await ws.adopt()
+        except Exception:  # a failing adoption must not kill the hint path; status shows file errors
+            log.exception("workspace %s: adopting an outside change failed", name)
+            return
+        self._log_file_errors(ws)
         if changed:
             self.stats.adopted += 1
             log.info("workspace %s: adopted outside change to %s", name, ", ".join(sorted(changed)))
             self._notify(ws, frozenset(changed), "external")
 
-    def reconcile(self) -> int:
+    async def reconcile(self) -> int:
         """Stat every workspace and adopt what changed (catches dropped events); try refused workspaces again.
-        Returns workspaces changed."""
+        Only a workspace whose files changed is read, off the loop. Returns workspaces changed."""
         changed_count = 0
         self._retry_refused()
         for name in list(self.workspaces):
             ws = self.workspaces[name]
             if self.watcher is not None and self.watcher.rewatch_if_replaced(ws.root):
                 log.info("reconcile: workspace %s: a tier directory was replaced; watching it again", name)
-            changed = ws.refresh()
+            changed = await ws.adopt() if ws.looks_changed() else set()
+            self._log_file_errors(ws)
             if changed:
                 changed_count += 1
                 self.stats.adopted += 1
@@ -299,6 +313,21 @@ class Registry:
         self.discover()
         self.stats.reconciles += 1
         return changed_count
+
+    def _log_file_errors(self, ws: Workspace) -> None:
+        """Say in the log, once per new problem, why writes to a tier are refused, and when they are accepted
+        again. Compared with what was logged, not with the last adoption: a read may have taken the file in first."""
+        for tier, store in (("hot", ws.hot), ("cold", ws.cold)):
+            why = store.error.message if store.error is not None else ""
+            if self._file_errors.get((ws.name, tier), "") == why:
+                continue
+            if why:
+                log.error(
+                    "workspace %s: writes to the %s tier are refused until the file is fixed: %s", ws.name, tier, why
+                )
+            else:
+                log.info("workspace %s: the %s file is valid again; writes to it are accepted", ws.name, tier)
+            self._file_errors[(ws.name, tier)] = why
 
     def _retry_refused(self) -> None:
         for name, ws_config in list(self._refused_configs.items()):

@@ -7,6 +7,7 @@ OpenAI-compatible adapter lives in memd.llm. Imports only memd.tokens.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -26,11 +27,24 @@ class Entry:
     ts: str = ""
 
 
+class SpendMeter:
+    """LLM tokens a summary cost, attempt by attempt, filled in by the summarizer as it goes, so that a failed or
+    timed-out call is counted against the daily cap too (read by the checkpointer whatever happened)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.attempts = 0
+
+    def add(self, tokens: int) -> None:
+        self.tokens += max(0, tokens)
+
+
 @dataclass(frozen=True)
 class SummaryRequest:
     entries: Sequence[Entry]
     max_tokens: int  # the summary's allotment: it must fit, or the checkpoint is refused
     task: str = ""  # context for the summarizer only; never compressed, never changed
+    meter: SpendMeter = field(default_factory=SpendMeter)
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,7 @@ class SummaryResult:
     tokens_out: int = 0
     request_ids: list[str] = field(default_factory=list)
     redactions: dict[str, int] = field(default_factory=dict)
+    finish_reason: str = "stop"  # an LLM reply cut off at its token limit says "length" and is never applied
 
 
 class Summarizer(Protocol):
@@ -50,13 +65,66 @@ class Summarizer(Protocol):
     async def summarize(self, request: SummaryRequest) -> SummaryResult: ...
 
 
-def _first_line(text: str, limit: int = 160) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+# --- the extractive summarizer --------------------------------------------------------------------------------
+# What an agent needs back from old notes is rarely the prose: it is the identifiers, numbers, paths, error
+# messages and the decisions with their reasons. Sentences are kept whole (a cut sentence loses its subject or
+# its number), the ones carrying such facts first, in time order; when the allotment is tight, bullets with the
+# fewest facts yield first. Everything dropped is in the warm log (the checkpoint flushes it there) and in git.
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=\S)|\n+")
+FACT_TOKEN = re.compile(
+    r"""
+    [A-Za-z0-9_.~-]*/[A-Za-z0-9_./~-]+              # paths and URLs' paths: src/parse.py, /etc/memd, a/b
+    | [A-Za-z_][A-Za-z0-9]*(?:(?:[._-]|::?)[A-Za-z0-9]+)+  # dotted, snake, kebab, colon names: lru.get, ERR_X, a::b
+    | [a-z]+[A-Z][A-Za-z0-9]*                        # camelCase
+    | \b[A-Z][A-Z0-9]+\b                              # CONSTANTS and codes: EADDRINUSE, HTTP, E501
+    | \d+(?:[.,:]\d+)*(?:\s?(?i:ms|s|kb|mb|gb|kib|mib|gib|%|x|k|tokens?|bytes?|req/s|/s)\b)?  # numbers, units
+    """,
+    re.VERBOSE,
+)
+_ERRORISH = re.compile(
+    r"\b(error|errors|failed|fails|failure|exception|traceback|panic|timeout|refused|denied)\b", re.IGNORECASE
+)
+_FILLER = re.compile(r"^(ok|okay|done|noted|thanks|fine|good|great|sure)[.!]?$", re.IGNORECASE)
+
+
+_CAMEL = re.compile(r"[a-z][A-Z]")
+_STAMP = re.compile(r"\[\d{4}-\d\d-\d\d(?:T[\d:]+)?\]|\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d)?(?:[+-]\d\d:\d\d|Z)?")
+
+
+def fact_tokens(text: str) -> set[str]:
+    """The identifiers, paths and numbers in `text` (lower-cased): what a summary must keep to be worth applying.
+    A lone digit is not a fact; a number with two digits or a unit is. memd's own timestamps and hyphenated plain
+    words (case-sensitive, follow-up) are not facts."""
+    found = set()
+    for m in FACT_TOKEN.finditer(_STAMP.sub(" ", text)):
+        token = m.group(0).strip(".,:;-").lower()
+        if len(token) >= 2 and not token.replace("-", "").isalpha():
+            found.add(token)
+        elif len(token) >= 2 and (m.group(0).isupper() or _CAMEL.search(m.group(0))):
+            found.add(token)  # CONSTANTS and codes (EADDRINUSE, HTTP), camelCase names
+    return found
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip() and not _FILLER.match(s.strip())]
+
+
+def _score(sentence: str) -> int:
+    return len(FACT_TOKEN.findall(sentence)) + (2 if _ERRORISH.search(sentence) else 0)
+
+
+@dataclass
+class _Bullet:
+    order: int
+    full: str  # every sentence that carries a fact (and the first one)
+    short: str  # the first sentence, or the one with most facts when the first has none
+    score: int
 
 
 class ExtractiveSummarizer:
-    """Keeps the first line of each entry as a bullet, newest entries first when the allotment is tight."""
+    """Whole sentences that carry facts, one bullet per entry, decisions and notes alike, in time order; the bullets
+    of earlier summaries are carried first and compete for room by the facts they hold like the new ones."""
 
     name = "extractive"
 
@@ -64,38 +132,58 @@ class ExtractiveSummarizer:
         self._counter = counter
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        header = [f"{SUMMARY_HEADING}\n", "_(extractive: first lines of older context; originals in git history)_\n"]
-        omission_cost = self._counter.count_piece("- (999 older entries omitted)\n")
-        if self._counter.count_lines(header) + omission_cost > request.max_tokens:
-            header = [f"{SUMMARY_HEADING}\n", "_(extractive)_\n"]  # a tight allotment: the short label
-        used = self._counter.count_lines(header)
-        bullets: list[str] = []
-        previous = [e for e in request.entries if e.kind == "summary"]
-        others = [e for e in request.entries if e.kind != "summary"]
-        carried = [
-            ln + "\n"
-            for e in previous
-            for ln in e.text.splitlines()
-            if ln.startswith("- ") and not ln.startswith("- (")
-        ]
-        candidates = carried + [self._bullet(e) for e in others]
-        omitted = 0
-        room = request.max_tokens - omission_cost
-        for bullet in reversed(candidates):  # newest first wins the room
-            cost = self._counter.count_piece(bullet)
-            if used + cost > room:
-                omitted += 1
-                continue
-            used += cost
-            bullets.append(bullet)
-        bullets.reverse()
+        header = f"{SUMMARY_HEADING}\n"
+        bullets = self._bullets(request.entries)
+        room = request.max_tokens - self._counter.count_piece(header) - self._counter.count_piece(_OMITTED % 999)
+        chosen = self._fit(bullets, room)
+        lines = [b for b in chosen if b]
+        omitted = sum(1 for b in chosen if not b)
         if omitted:
-            bullets.append(f"- ({omitted} older entries omitted)\n")
-        return SummaryResult(text="".join(header + bullets), backend=self.name)
+            lines.append(_OMITTED % omitted)
+        return SummaryResult(text=header + "".join(lines), backend=self.name)
 
-    @staticmethod
-    def _bullet(entry: Entry) -> str:
-        if entry.kind == "decision":
-            return f"- Decided: {_first_line(entry.text)}\n"
-        stamp = f"[{entry.ts[:16]}] " if entry.ts else ""
-        return f"- {stamp}{_first_line(entry.text)}\n"
+    def _bullets(self, entries: Sequence[Entry]) -> list[_Bullet]:
+        out: list[_Bullet] = []
+        previous = [e for e in entries if e.kind == "summary"]
+        for e in previous:
+            for line in e.text.splitlines():
+                body = line[2:].strip() if line.startswith("- ") else ""
+                if body and not body.startswith("("):
+                    out.append(_Bullet(len(out), f"- {body}\n", f"- {body}\n", _score(body)))
+        others = sorted((e for e in entries if e.kind != "summary"), key=lambda e: e.ts)  # stable: ts, then order
+        for e in others:
+            parts = sentences(e.text)
+            if not parts:
+                continue
+            stamp = f"[{e.ts[:16]}] " if e.ts else ""
+            prefix = f"- {stamp}{'Decided: ' if e.kind == 'decision' else ''}"
+            keep = [s for i, s in enumerate(parts) if i == 0 or _score(s) > 0]
+            best = parts[0] if _score(parts[0]) > 0 or len(parts) == 1 else max(parts, key=_score)
+            out.append(
+                _Bullet(len(out), f"{prefix}{' '.join(keep)}\n", f"{prefix}{best}\n", sum(_score(s) for s in keep))
+            )
+        return out
+
+    def _fit(self, bullets: list[_Bullet], room: int) -> list[str]:
+        """Full bullets if they fit; else the short form, fewest-facts (then oldest) first; else drop bullets the
+        same way. Returns one line per bullet in time order, "" for a dropped one."""
+        text = {b.order: b.full for b in bullets}
+        cost = {b.order: self._counter.count_piece(b.full) for b in bullets}
+        total = sum(cost.values())
+        yield_order = sorted(bullets, key=lambda b: (b.score, b.order))
+        for b in yield_order:
+            if total <= room:
+                break
+            if b.short != b.full:
+                short_cost = self._counter.count_piece(b.short)
+                total += short_cost - cost[b.order]
+                text[b.order], cost[b.order] = b.short, short_cost
+        for b in yield_order:
+            if total <= room:
+                break
+            total -= cost[b.order]
+            text[b.order], cost[b.order] = "", 0
+        return [text[b.order] for b in bullets]
+
+
+_OMITTED = "- (%d older entries without room here: in the warm log and git)\n"

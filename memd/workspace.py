@@ -19,6 +19,7 @@ memd.exclusive, memd.config and memd.errors.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
@@ -29,7 +30,7 @@ from zoneinfo import ZoneInfo
 
 from memd import fsio, retention
 from memd.batch import Batch, Draft, Edit, apply_writes, call_in_loop, fail_futures, replace_tree
-from memd.config import WorkspaceConfig
+from memd.config import LimitsConfig, WorkspaceConfig
 from memd.errors import Busy, MemdError, ShuttingDown, StorageError
 from memd.exclusive import ExclusiveLock
 from memd.tiers import warm_format
@@ -73,7 +74,9 @@ class Workspace:
         io: Executor,
         max_pending: int = 10_000,
         on_commit: Callable[[Workspace, frozenset[str]], None] | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
+        limits = limits or LimitsConfig()
         self.config = config
         self.name = config.name
         self.root = config.path
@@ -83,9 +86,9 @@ class Workspace:
         self._io = io
         self.max_pending = max_pending
         self.on_commit = on_commit
-        self.hot = HotStore(self.root / "hot" / "context.json", counter)
-        self.warm = WarmStore(self.root / "warm", counter)
-        self.cold = ColdStore(self.root / "cold" / "MEMORY.md", counter)
+        self.hot = HotStore(self.root / "hot" / "context.json", counter, limits.hot_max_bytes)
+        self.warm = WarmStore(self.root / "warm", counter, limits.warm_day_max_bytes)
+        self.cold = ColdStore(self.root / "cold" / "MEMORY.md", counter, limits.cold_max_bytes)
         self.health = Health()
         self._usage_cache: tuple[Any, dict[str, Any]] | None = None
         self._queue: list[tuple[Edit[Any], asyncio.Future[Any]]] = []
@@ -97,6 +100,7 @@ class Workspace:
         self._in_flight: Batch | None = None  # the batch whose files a worker is writing right now
         self._closing = False
         self._pinned: fsio.PinnedDir | None = None  # the directory open() found, by device and inode
+        self._adopting = False  # a worker thread is reading outside changes in; reads serve the last good state
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -113,10 +117,13 @@ class Workspace:
             self.warm.tokens_for(day)  # a 10 MB day file is counted now, not by the first write after start
         return [str(p) for p in removed]
 
-    def reconfigure(self, config: WorkspaceConfig) -> None:
-        """Take a reloaded config for the same directory (budgets, retention, access lists)."""
+    def reconfigure(self, config: WorkspaceConfig, limits: LimitsConfig | None = None) -> None:
+        """Take a reloaded config for the same directory (budgets, retention, access lists, file size caps)."""
         self.config = config
         self.tz = ZoneInfo(config.warm.timezone)
+        if limits is not None:
+            self.hot.max_bytes, self.cold.max_bytes = limits.hot_max_bytes, limits.cold_max_bytes
+            self.warm.max_bytes = limits.warm_day_max_bytes
 
     async def close(self) -> None:
         """Stop taking writes and wait until every queued one is durable or failed."""
@@ -254,6 +261,20 @@ class Workspace:
             plan.cold_write = self.cold.write_for(draft.cold)
         if draft.hot is not None and draft.hot is not self.hot.doc:
             plan.hot_write = self.hot.write_for(draft.hot)
+        for write, cap, key in (
+            (plan.hot_write, self.hot.max_bytes, "hot_max_bytes"),
+            (plan.cold_write, self.cold.max_bytes, "cold_max_bytes"),
+        ):
+            if write is not None and len(write.data) > cap:  # memd would write a file it then refuses to read
+                self._fail(
+                    accepted,
+                    OSError(
+                        errno.EFBIG,
+                        f"this batch would take the file past [limits] {key} ({cap} bytes)",
+                        str(write.path),
+                    ),
+                )
+                return None
         plan.writes = [w for w in (plan.warm_write, plan.cold_write, plan.hot_write) if w is not None]
         return plan
 
@@ -424,10 +445,44 @@ class Workspace:
 
     # --- reads ----------------------------------------------------------------------------------------------
 
+    def looks_changed(self) -> bool:
+        """Did any tier file change outside memd? Stat only, nothing read: cheap enough for the loop."""
+        return (
+            fsio.fingerprint(self.hot.path) != self.hot.fingerprint
+            or fsio.fingerprint(self.cold.path) != self.cold.fingerprint
+            or self.warm.looks_changed()
+        )
+
+    async def adopt(self) -> set[str]:
+        """Adopt outside changes off the event loop: the reads, parses and token counts of the changed files run in
+        a worker thread while this workspace's writer waits, so a big file dropped into one workspace never stalls
+        the others (the caps in [limits] bound it). Reads meanwhile serve the last good state."""
+        if self._adopting:
+            return set()
+        self._adopting = True
+        try:
+            async with self._exclusive:
+                return await asyncio.get_running_loop().run_in_executor(self._io, self._refresh_and_count)
+        finally:
+            self._adopting = False
+
+    def _refresh_and_count(self) -> set[str]:
+        changed = self._refresh_now()
+        for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
+            self.warm.tokens_for(day)  # counted here, not by the next read on the loop
+        if "cold" in changed:
+            _ = self.cold.learnings
+        return changed
+
     def refresh(self) -> set[str]:
         """Adopt outside changes before a read. A file that a worker is writing right now is left alone (its new
         fingerprint is memd's own, not yet published; the next batch that touches it checks it again). Reads
         nothing when the workspace directory was swapped (`check_identity` raises for the caller that must know)."""
+        if self._adopting:
+            return set()
+        return self._refresh_now()
+
+    def _refresh_now(self) -> set[str]:
         try:
             self.check_identity()
         except StorageError:  # nothing is read from a swapped-in directory; status says why
@@ -442,14 +497,20 @@ class Workspace:
             changed.add("cold")
         return changed
 
-    def day_entries(self, day: date) -> tuple[list[WarmEntry], str]:
-        """A day's entries from warm/ or, once swept into it, from the archive. Returns (entries, source)."""
+    async def read_day(self, day: date) -> tuple[list[WarmEntry], str]:
+        """A day's entries from warm/ or, once swept into it, from the archive. Returns (entries, source). An
+        archive is decompressed (capped at warm.archive_max_bytes) in a worker thread, never on the loop."""
         if day in self.warm.days:
             return self.warm.entries_for(day), "warm"
-        archived = retention.read_archived_day(self.warm.directory, day)
-        if archived is not None:
-            return warm_format.parse_day(archived), "archive"
-        return [], "none"
+        self.check_identity()
+        directory, cap = self.warm.directory, self.config.warm.archive_max_bytes
+
+        def load() -> list[WarmEntry] | None:
+            text = retention.read_archived_day(directory, day, cap)
+            return None if text is None else warm_format.parse_day(text)
+
+        entries = await asyncio.get_running_loop().run_in_executor(self._io, load)
+        return (entries, "archive") if entries is not None else ([], "none")
 
     def today(self) -> date:
         return self.clock.now().astimezone(self.tz).date()

@@ -9,12 +9,16 @@
 Only `POST /v1/chat/completions` is served (anything else is 404 and consumes no behaviour). Each request takes
 the next behaviour queued with `script()`; when the queue is empty it gets `default` (a short Reply). Behaviours:
 
-- `Reply(content, prompt_tokens=None, completion_tokens=None, headers={})`: a valid `chat.completion` with id,
-  model (the request's), `choices[0].message.content`, usage (estimated at ~4 characters a token when a count
-  is None) and an `x-request-id` header ("req_fake_<n>").
+- `Reply(content, prompt_tokens=None, completion_tokens=None, headers={}, finish_reason="stop", usage=True)`: a
+  valid `chat.completion` with id, model (the request's), `choices[0].message.content`, usage (estimated at ~4
+  characters a token when a count is None; no `usage` member at all with `usage=False`, as some local servers
+  answer), `finish_reason` (e.g. "length" for a reply cut at `max_tokens`) and an `x-request-id` header
+  ("req_fake_<n>").
 - `Empty()`: the same with content "".
 - `Echo(transform)`: a Reply whose content is `transform(messages)`, computed from the request's messages
   (default: the last message's content).
+- `Compute(respond)`: behaves as `respond(body)` (a `Reply`), computed from the whole parsed request body
+  (messages, `max_tokens`...), e.g. a summary built from the request's own text.
 - `Status(code, body=None, headers={})`: that status with an OpenAI-style error body (or `body`: a dict is sent
   as JSON, a str as is), e.g. `Status(500)`, `Status(429, headers={"Retry-After": "1"})`.
 - `Malformed()`: 200, `Content-Type: application/json`, a body that is not JSON.
@@ -54,6 +58,8 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    finish_reason: str = "stop"
+    usage: bool = True  # False: the response carries no `usage` member
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,11 @@ def _last_content(messages: list[dict[str, Any]]) -> str:
 @dataclass(frozen=True)
 class Echo:
     transform: Callable[[list[dict[str, Any]]], str] = _last_content
+
+
+@dataclass(frozen=True)
+class Compute:
+    respond: Callable[[dict[str, Any]], Reply]
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ class Delay:
     then: Behaviour = field(default_factory=lambda: Reply("delayed"))
 
 
-Behaviour: TypeAlias = "Reply | Empty | Echo | Status | Malformed | Hang | Delay"
+Behaviour: TypeAlias = "Reply | Empty | Echo | Compute | Status | Malformed | Hang | Delay"
 
 
 def closed_port_url() -> str:
@@ -200,9 +211,17 @@ class _Handler(BaseHTTPRequestHandler):
         elif isinstance(behaviour, Echo):
             messages = request.get("messages") or []
             self._complete(request, behaviour.transform(list(messages)), None, None, {})
+        elif isinstance(behaviour, Compute):
+            self._perform(behaviour.respond(request), request)
         else:
             self._complete(
-                request, behaviour.content, behaviour.prompt_tokens, behaviour.completion_tokens, behaviour.headers
+                request,
+                behaviour.content,
+                behaviour.prompt_tokens,
+                behaviour.completion_tokens,
+                behaviour.headers,
+                behaviour.finish_reason,
+                behaviour.usage,
             )
 
     def _complete(
@@ -212,13 +231,15 @@ class _Handler(BaseHTTPRequestHandler):
         prompt_tokens: int | None,
         completion_tokens: int | None,
         headers: dict[str, str],
+        finish_reason: str = "stop",
+        include_usage: bool = True,
     ) -> None:
         n = self.server.llm._serial()
         prompt = "".join(str(m.get("content", "")) for m in request.get("messages") or [])
         prompt_n = prompt_tokens if prompt_tokens is not None else _estimate_tokens(prompt)
         if completion_tokens is None:
             completion_tokens = _estimate_tokens(content) if content else 0
-        reply = {
+        reply: dict[str, Any] = {
             "id": f"chatcmpl-fake{n}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -228,7 +249,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "index": 0,
                     "message": {"role": "assistant", "content": content, "refusal": None},
                     "logprobs": None,
-                    "finish_reason": "stop",
+                    "finish_reason": finish_reason,
                 }
             ],
             "usage": {
@@ -237,6 +258,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "total_tokens": prompt_n + completion_tokens,
             },
         }
+        if not include_usage:
+            del reply["usage"]
         self._send(200, json.dumps(reply).encode(), {"x-request-id": f"req_fake_{n}", **headers})
 
     def _send(self, code: int, payload: bytes, headers: dict[str, str] | None = None) -> None:

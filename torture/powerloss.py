@@ -96,6 +96,11 @@ class Model:
             sp, _, sn = src.rpartition("/")
             dp, _, dn = dst.rpartition("/")
             self.entries[dp][dn] = self.entries[sp].pop(sn)
+        elif kind == "exchange":  # renameat2(RENAME_EXCHANGE): the two names swap files, in one step
+            _, a, b = op
+            ap, _, an = a.rpartition("/")
+            bp, _, bn = b.rpartition("/")
+            self.entries[ap][an], self.entries[bp][bn] = self.entries[bp][bn], self.entries[ap][an]
         elif kind == "unlink":
             parent, _, name = op[1].rpartition("/")
             self.entries[parent].pop(name, None)
@@ -215,6 +220,13 @@ class Recorder:
         if rel is not None:
             self._log(("unlink", rel))
 
+    def rename_logged(self, real: Callable[[Any, Any], None], kind: str, src: Any, dst: Any) -> None:
+        """memd.fsio.RENAMES' calls (renameat2 flags that `os` lacks), performed and logged like `replace`."""
+        real(src, dst)
+        a, b = self._rel(src), self._rel(dst)
+        if a is not None and b is not None:
+            self._log((kind, a, b))
+
     def mkdir(self, path: Any, mode: int = 0o777) -> None:
         self._os.mkdir(path, mode)
         rel = self._rel(path)
@@ -274,11 +286,16 @@ def record(root: Path, batches: list[list[str]], counter: Any) -> Recorder:
                     recorder.ack(label)
 
     original = fsio.os
+    renames = fsio.RENAMES
+    real_exchange, real_noreplace = renames.exchange, renames.noreplace
     fsio.os = recorder  # type: ignore[assignment]
+    renames.exchange = lambda a, b: recorder.rename_logged(real_exchange, "exchange", a, b)  # type: ignore[method-assign]
+    renames.noreplace = lambda a, b: recorder.rename_logged(real_noreplace, "rename", a, b)  # type: ignore[method-assign]
     try:
         asyncio.run(drive())
     finally:
         fsio.os = original
+        del renames.exchange, renames.noreplace
     return recorder
 
 

@@ -17,6 +17,7 @@ from memd.handlers.history import (
     checkpoint_list,
     checkpoint_run,
     checkpoint_show,
+    checkpoint_undo,
     history_diff,
     history_list,
     history_show,
@@ -67,6 +68,7 @@ METHODS: dict[str, tuple[Handler, Access]] = {
     "checkpoint.run": (checkpoint_run, "write"),
     "checkpoint.list": (checkpoint_list, "read"),
     "checkpoint.show": (checkpoint_show, "read"),
+    "checkpoint.undo": (checkpoint_undo, "write"),
 }
 
 # Handlers that await nothing but Workspace.write (or nothing at all): the server may run them without a Task.
@@ -83,7 +85,6 @@ TASKLESS = frozenset(
         "hot.get",
         "warm.log",
         "warm.recent",
-        "warm.day",
         "cold.learn",
         "cold.get",
         "context.get",

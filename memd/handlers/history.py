@@ -83,3 +83,10 @@ async def checkpoint_show(call: Call, raw: Mapping[str, Any]) -> Any:
     p = Params(raw, frozenset({"workspace", "id"}))
     ws = workspace_for(call, raw, "read")
     return await call.services.checkpoints.show(ws, p.text("id", max_len=MAX_LABEL))
+
+
+async def checkpoint_undo(call: Call, raw: Mapping[str, Any]) -> Any:
+    p = Params(raw, frozenset({"workspace", "id"}))
+    ws = workspace_for(call, raw, "write")
+    result = await call.services.checkpoints.undo(ws, p.text("id", max_len=MAX_LABEL))
+    return result_with_usage(ws, {"undone": result})

@@ -213,7 +213,7 @@ async def warm_day(call: Call, raw: Mapping[str, Any]) -> Any:
         day = date.fromisoformat(text)
     except ValueError:
         raise InvalidParams(f"parameter 'date' must be YYYY-MM-DD, not {text!r}", data={"param": "date"}) from None
-    entries, source = ws.day_entries(day)
+    entries, source = await ws.read_day(day)
     return {"date": day.isoformat(), "source": source, "entries": [_entry_json(day.isoformat(), e) for e in entries]}
 
 
@@ -261,6 +261,6 @@ async def cold_get(call: Call, raw: Mapping[str, Any]) -> Any:
 
 
 async def context_get(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "topic"}))
+    p = Params(raw, frozenset({"workspace", "topic", "all"}))
     ws = workspace_for(call, raw, "read")
-    return build_context(ws, p.optional_text("topic"))
+    return build_context(ws, p.optional_text("topic"), everything=p.flag("all"))

@@ -5,10 +5,10 @@
     ## <category>
     - [YYYY-MM-DD] <learning>
 
-Categories and learning texts go through `memd.textfmt.escape_inline`, so they are single lines that cannot
-start a heading or a section. MEMORY.md belongs to people as much as to memd: an insertion adds exactly one
-learning line (and, for a new category, its heading) and leaves every other byte as it was. Lines inside a
-closed fenced code block are prose, so a "## " line in a code sample is not a section.
+Categories and learning texts go through `memd.textfmt.escape_inline`, so they are single lines (no line break
+of any kind) that cannot start a heading or a section. MEMORY.md belongs to people as much as to memd: an
+insertion adds exactly one learning line (and, for a new category, its heading) and leaves every other byte as
+it was. Lines inside a closed fenced code block are prose, so a "## " line in a code sample is not a section.
 Imports only memd.textfmt.
 """
 
@@ -42,7 +42,8 @@ class Learning:
 
 def _split_lines(text: str) -> list[str]:
     # Each line but the last was followed by one "\n", which keeps offsets easy to sum. Split on "\n" only:
-    # escaped values may hold \x0b, \u2028 and the like, which str.splitlines() would also split on.
+    # memd escapes every other line break, so a \x0b, \u2028 and the like in the file was typed by a person
+    # inside a line and is content of it (str.splitlines() would split there).
     return text.split("\n") if text else []
 
 

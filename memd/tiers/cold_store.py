@@ -11,14 +11,15 @@ from pathlib import Path
 
 from memd import fsio
 from memd.errors import CorruptFile
-from memd.tiers import cold_format, read_tier_file
+from memd.tiers import COLD_MAX_BYTES, cold_format, read_tier_file
 from memd.tiers.cold_format import Learning
 from memd.tokens import TokenCounter
 
 
 class ColdStore:
-    def __init__(self, path: Path, counter: TokenCounter) -> None:
+    def __init__(self, path: Path, counter: TokenCounter, max_bytes: int = COLD_MAX_BYTES) -> None:
         self.path = path
+        self.max_bytes = max_bytes  # [limits] cold_max_bytes
         self._counter = counter
         self.text = ""
         self.fingerprint: fsio.Fingerprint | None = None
@@ -30,7 +31,7 @@ class ColdStore:
     def load(self) -> None:
         self.fingerprint = fsio.fingerprint(self.path)
         try:
-            data = read_tier_file(self.path)
+            data = read_tier_file(self.path, self.max_bytes)
         except CorruptFile as exc:
             self.error = exc
             return

@@ -3,18 +3,22 @@
 The document is kept as the JSON object it is on disk so that fields memd does not know survive every rewrite.
 Each edit returns a new dict (copy-on-write of the fields it touches) and never mutates its input, which lets
 the workspace writer apply a batch to a draft and drop it whole if the disk write fails.
-Imports only memd.errors.
+Only standard JSON is accepted (no NaN or Infinity, no number that overflows a double, no key twice in one
+object): what memd cannot write back exactly it refuses, like any other invalid file.
+Imports memd.errors and memd.textfmt.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from memd.errors import CorruptFile
+from memd.textfmt import escape_inline, neutralise_line
 
 SCHEMA_VERSION = 1
 HotDoc = dict[str, Any]
@@ -39,14 +43,52 @@ def empty_doc() -> HotDoc:
     }
 
 
+class _NotStandard(Exception):
+    """JSON that Python's json module accepts but the standard (RFC 8259) and memd's own writer do not."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotStandard(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotStandard(f"the number {text[:40]} is too large for a double (it would become Infinity)")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # rare: only then look for which key it was
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _NotStandard(f"the key {key!r} appears twice in one object (which value is meant?)")
+            seen.add(key)
+    return obj
+
+
 def parse(data: bytes, where: str) -> HotDoc:
     """Parse context.json. A file that is not a JSON object with well-typed known fields raises CorruptFile."""
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = json.loads(
+            data.decode("utf-8"),
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
+    except _NotStandard as exc:
+        raise CorruptFile(f"{where} is not standard JSON: {exc}; fix it, memd will not overwrite it") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, or an integer over Python's digit limit
         raise CorruptFile(f"{where} is not valid JSON ({exc}); fix or restore it, memd will not overwrite it") from None
+    except RecursionError:
+        raise CorruptFile(f"{where} nests arrays or objects too deeply to read; memd will not overwrite it") from None
     if not isinstance(doc, dict):
-        raise CorruptFile(f"{where} must hold a JSON object, not {type(doc).__name__}; memd will not overwrite it")
+        raise CorruptFile(
+            f"{where} must hold a JSON object, not {_JSON_TYPES.get(type(doc), 'a number')}; expected "
+            f"{expected_shape()}; memd will not overwrite it"
+        )
     problems = [f"'{k}' must be a string" for k in _STRING_FIELDS if k in doc and not isinstance(doc[k], str)]
     problems += [
         f"'{k}' must be a list of strings"
@@ -59,8 +101,21 @@ def parse(data: bytes, where: str) -> HotDoc:
         if k in doc and not (isinstance(doc[k], list) and all(isinstance(v, dict) for v in doc[k]))
     ]
     if problems:
-        raise CorruptFile(f"{where}: {'; '.join(problems)}; memd will not overwrite it until it is fixed")
+        raise CorruptFile(
+            f"{where}: {'; '.join(problems)}; expected {expected_shape()}; memd will not overwrite it until it is fixed"
+        )
     return doc
+
+
+_JSON_TYPES = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+
+
+def expected_shape() -> str:
+    """What `parse` accepts, for the error message a person reads when the file has the wrong shape."""
+    fields = [f'"{k}": "text"' for k in _STRING_FIELDS]
+    fields += [f'"{k}": ["text", ...]' for k in _STRING_LIST_FIELDS]
+    fields += [f'"{k}": [{{...}}, ...]' for k in _OBJECT_LIST_FIELDS]
+    return "{" + ", ".join(fields) + "} (every field optional; other fields are kept as they are)"
 
 
 def serialize(doc: HotDoc) -> bytes:
@@ -79,7 +134,7 @@ def serialize(doc: HotDoc) -> bytes:
     return ("{\n" + ",\n".join(lines) + "\n}\n").encode("utf-8")
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # never write what parse would refuse
 
 
 def new_id(prefix: str, now: datetime) -> str:
@@ -172,46 +227,56 @@ def add_note(doc: HotDoc, text: str, now: datetime) -> tuple[HotDoc, dict[str, A
 
 
 # --- rendering for the context window ------------------------------------------------------------------------
+# Every stored value is rendered through textfmt's one escaping rule, so a value is one line that starts after
+# fixed text ("Task: ", "- ", ...): no field can add a line, a heading or an item, whatever line break it holds.
+
+SUMMARY_HEADING = "# Context Summary"  # the heading a checkpoint summary starts with (memd.summarizer)
 
 
-def _indent_rest(text: str) -> str:
-    return text.replace("\n", "\n  ")
+def _one_line(value: Any) -> str:
+    return escape_inline(str(value))
 
 
 def render_header(doc: HotDoc) -> list[str]:
     """The pinned part: task, step, files, pending actions. Always shown whole."""
     lines = ["# Current Session\n"]
     if doc.get("session_id"):
-        lines.append(f"Session: {doc['session_id']}\n")
-    lines.append(f"Task: {_indent_rest(str(doc.get('task') or '(none)'))}\n")
-    lines.append(f"Current step: {_indent_rest(str(doc.get('current_step') or '(none)'))}\n")
+        lines.append(f"Session: {_one_line(doc['session_id'])}\n")
+    lines.append(f"Task: {_one_line(doc.get('task') or '(none)')}\n")
+    lines.append(f"Current step: {_one_line(doc.get('current_step') or '(none)')}\n")
     files = _strings(doc, "files_modified")
     if files:
         lines.append("## Files modified\n")
-        lines += [f"- {_indent_rest(f)}\n" for f in files]
+        lines += [f"- {_one_line(f)}\n" for f in files]
     pending = _strings(doc, "pending_actions")
     if pending:
         lines.append("## Pending actions\n")
-        lines += [f"- {_indent_rest(p)}\n" for p in pending]
+        lines += [f"- {_one_line(p)}\n" for p in pending]
     return lines
+
+
+# Escaping works character by character, so escaping a whole line once equals escaping each value in it.
 
 
 def render_decision(decision: dict[str, Any]) -> str:
     risk = f" (risk: {decision['risk']})" if decision.get("risk") else ""
-    text = f"{decision.get('action', '')} — {decision.get('reason', '')}{risk}"
-    return f"- {_indent_rest(text)}\n"
+    line = f"{decision.get('action', '')} — {decision.get('reason', '')}{risk}"
+    return f"- {escape_inline(line)}\n"
 
 
 def render_note(note: dict[str, Any]) -> str:
-    stamp = f"[{note['ts']}] " if note.get("ts") else ""
-    return f"- {stamp}{_indent_rest(str(note.get('text', '')))}\n"
+    ts = note.get("ts")
+    line = f"[{ts}] {note.get('text', '')}" if ts else str(note.get("text", ""))
+    return f"- {escape_inline(line)}\n"
 
 
 def render_summary(summary: str) -> list[str]:
-    if not summary:
-        return []
-    body = summary if summary.endswith("\n") else summary + "\n"
-    return [line + "\n" for line in body.splitlines()]
+    """The summary's lines: its `# Context Summary` heading as it is, every other line neutralised
+    (textfmt.neutralise_lines), so a summary can hold bullets and prose but never forge a heading or section."""
+    lines = summary.splitlines()  # at every line break textfmt escapes, as neutralise_lines splits
+    if lines and lines[0] == SUMMARY_HEADING:
+        return [SUMMARY_HEADING + "\n", *(neutralise_line(line) + "\n" for line in lines[1:])]
+    return [neutralise_line(line) + "\n" for line in lines]
 
 
 def render_lines(doc: HotDoc) -> list[str]:

@@ -11,14 +11,15 @@ from pathlib import Path
 
 from memd import fsio
 from memd.errors import CorruptFile
-from memd.tiers import hot_format, read_tier_file
+from memd.tiers import HOT_MAX_BYTES, hot_format, read_tier_file
 from memd.tiers.hot_format import HotDoc
 from memd.tokens import TokenCounter
 
 
 class HotStore:
-    def __init__(self, path: Path, counter: TokenCounter) -> None:
+    def __init__(self, path: Path, counter: TokenCounter, max_bytes: int = HOT_MAX_BYTES) -> None:
         self.path = path
+        self.max_bytes = max_bytes  # [limits] hot_max_bytes: a bigger file is refused, never read whole
         self._counter = counter
         self.doc: HotDoc = hot_format.empty_doc()
         self.fingerprint: fsio.Fingerprint | None = None
@@ -32,7 +33,7 @@ class HotStore:
         fp = fsio.fingerprint(self.path)
         self.fingerprint = fp
         try:
-            data = read_tier_file(self.path)
+            data = read_tier_file(self.path, self.max_bytes)
         except CorruptFile as exc:
             self.error = exc
             return

@@ -9,7 +9,8 @@ A day file is a list of entries (specified in docs/format.md):
     Result: <result>
     <blank line>
 
-Every field goes through `memd.textfmt.escape_inline`, so no value can break a line. Keys get two more
+Every field goes through `memd.textfmt.escape_inline`, so no value can break a line (LF, CR or any other line
+break). Keys get two more
 escapes, because a detail line starts with its key and is split at its first ": ":
   * every ":" in a key is written "\\:";
   * a key whose first character is "#" or "`", or the key that is exactly "Result", gets a backslash in front
@@ -39,7 +40,6 @@ _RESULT_RE = re.compile(r"Result:(?: (.*))?")
 _OPEN_FENCE_RE = re.compile(r"`{3,}[^`]*")
 _CLOSE_FENCE_RE = re.compile(r"`{3,}[ \t]*")
 _KEY_LEAD_ESCAPES = ("#", "`", "R")  # "R" only ever comes from the key "Result"
-_KEY_UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r", ":": ":"}
 
 
 def parse_day_filename(name: str) -> date | None:
@@ -83,17 +83,7 @@ def _escape_key(key: str) -> str:
 def _unescape_key(raw: str) -> str:
     if raw[:1] == "\\" and raw[1:2] in _KEY_LEAD_ESCAPES:
         raw = raw[1:]
-    out: list[str] = []
-    i, n = 0, len(raw)
-    while i < n:
-        ch = raw[i]
-        if ch == "\\" and i + 1 < n and raw[i + 1] in _KEY_UNESCAPES:
-            out.append(_KEY_UNESCAPES[raw[i + 1]])
-            i += 2
-        else:  # an unknown escape in a hand-written key is kept as written, like unescape_inline does
-            out.append(ch)
-            i += 1
-    return "".join(out)
+    return unescape_inline(raw, literal=":")
 
 
 def render_entry(entry: WarmEntry) -> str:
@@ -188,8 +178,9 @@ class _Draft:
 
 
 def _lines(text: str) -> list[str]:
-    # Split on "\n" only: str.splitlines() would also split on \x0b, \x1c, \u2028, ..., which escaped values
-    # may contain. A raw "\r" never appears in what memd writes, so a trailing one is a CRLF line end.
+    # Split on "\n" only: memd escapes every other line break, so a \x0b, \x1c, \u2028, ... in a file was put
+    # there by hand and is content of its line. A raw "\r" never appears in what memd writes, so a trailing one
+    # is a CRLF line end.
     return [line.removesuffix("\r") for line in text.removeprefix("\ufeff").split("\n")]
 
 

@@ -8,6 +8,7 @@ Imports memd.fsio, memd.tokens and the warm format.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -16,7 +17,8 @@ from datetime import date
 from pathlib import Path
 
 from memd import fsio
-from memd.tiers import warm_format
+from memd.errors import CorruptFile
+from memd.tiers import WARM_DAY_MAX_BYTES, read_tier_file, warm_format
 from memd.tiers.warm_format import WarmEntry
 from memd.tokens import TokenCounter
 
@@ -30,8 +32,10 @@ class DayFile:
 
 
 class WarmStore:
-    def __init__(self, directory: Path, counter: TokenCounter) -> None:
+    def __init__(self, directory: Path, counter: TokenCounter, max_bytes: int = WARM_DAY_MAX_BYTES) -> None:
         self.directory = directory
+        self.max_bytes = max_bytes  # [limits] warm_day_max_bytes: a bigger day file is skipped and reported
+        self.errors: dict[date, str] = {}  # day files memd will not read (too large, not a regular file)
         self._counter = counter
         self.days: dict[date, DayFile] = {}
         self.version = 0  # bumped on every change, so derived figures (usage) can be cached
@@ -56,6 +60,7 @@ class WarmStore:
         for day in list(self.days):
             if day not in seen and day != skip:
                 del self.days[day]
+                self.errors.pop(day, None)
                 changed = True
         for day, fp in seen.items():
             if day == skip:
@@ -70,6 +75,21 @@ class WarmStore:
         if changed:
             self.version += 1
         return changed
+
+    def looks_changed(self) -> bool:
+        """Would `scan` find anything new? Stat only, no reads, no change to what is known."""
+        seen: dict[date, fsio.Fingerprint] = {}
+        try:
+            with os.scandir(self.directory) as it:
+                for entry in it:
+                    day = warm_format.parse_day_filename(entry.name)
+                    if day is not None:
+                        st = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode):
+                            seen[day] = fsio.Fingerprint.of_stat(st)
+        except FileNotFoundError:
+            pass
+        return seen != {day: known.fingerprint for day, known in self.days.items()}
 
     def refresh_day(self, day: date) -> None:
         """Before appending: notice an outside change to this one day file (a single stat)."""
@@ -88,8 +108,11 @@ class WarmStore:
         old = known.fingerprint
         if old is not None and known.tokens is not None and fp.ino == old.ino and fp.size > old.size:
             # Appended by someone else: count just the new bytes.
-            added = fsio.read_range(self.path_for(day), old.size).decode("utf-8", "replace")
-            known.tokens += self._counter.count(added)
+            added = self._read(day, offset=old.size)
+            if added is None:
+                known.tokens = None
+            else:
+                known.tokens += self._counter.count(added.decode("utf-8", "replace"))
         else:
             known.tokens = None
         known.entries = None
@@ -114,6 +137,13 @@ class WarmStore:
                 prefix = "\n"
         size = 0 if known is None or known.fingerprint is None else known.fingerprint.size
         data = (prefix + "".join(rendered)).encode("utf-8")
+        if size + len(data) > self.max_bytes:  # memd would write a day file it then refuses to read
+            raise OSError(
+                errno.EFBIG,
+                f"today's warm log would pass [limits] warm_day_max_bytes ({self.max_bytes} bytes); "
+                "raise the cap or move the day file aside",
+                str(self.path_for(day)),
+            )
         return fsio.FileWrite(self.path_for(day), data, append=True, expected_size=size)
 
     def _ends_with_newline(self, day: date, size: int) -> bool:
@@ -147,7 +177,9 @@ class WarmStore:
         if known is None:
             return 0
         if known.tokens is None:
-            data = fsio.read_bytes(self.path_for(day)) or b""
+            data = self._read(day)
+            if data is None:
+                return 0  # too large or unreadable: counted as nothing, reported in status
             known.tokens = self._counter.count(data.decode("utf-8", "replace"))
             self.version += 1
         return known.tokens
@@ -157,9 +189,22 @@ class WarmStore:
         if known is None:
             return []
         if known.entries is None:
-            data = fsio.read_bytes(self.path_for(day)) or b""
+            data = self._read(day)
+            if data is None:
+                return []
             known.entries = warm_format.parse_day(data.decode("utf-8", "replace"))
         return known.entries
+
+    def _read(self, day: date, offset: int = 0) -> bytes | None:
+        """A day file's bytes through the tier reader (capped, no symlinks); None, with the reason kept in
+        `errors` for status, when memd will not read it. A day that reads again is cleared."""
+        try:
+            data = read_tier_file(self.path_for(day), self.max_bytes, offset) or b""
+        except CorruptFile as exc:
+            self.errors[day] = exc.message
+            return None
+        self.errors.pop(day, None)
+        return data
 
     def recent_days(self, today: date, count: int) -> list[date]:
         """The newest `count` calendar days up to today that have a file, newest first."""

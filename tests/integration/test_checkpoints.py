@@ -27,11 +27,15 @@ from fakellm import Behaviour, Delay, Empty, FakeLLM, Hang, Malformed, Reply, St
 from harness import RunningDaemon, base_config, module_daemon, wait_for
 from secrets_corpus import SECRET_CORPUS
 
+from memd.checkpoint_plan import without_fold_line
 from memd.errors import MemdError
 from memd.tokens import TokenCounter
 
 KEY_ENV = "MEMD_TEST_LLM_KEY"
 KEY_ENV_VALUE = {KEY_ENV: "sk-test-not-a-secret"}
+# The scripted summaries here are not faithful to the notes' identifiers and numbers: these daemons test transport,
+# failures and applying, so the coverage check (tests/integration/test_knowledge.py tests it) is off.
+NO_COVERAGE = {"min_fact_coverage": 0.0}
 GOOD_SUMMARY = "# Context Summary\n- Parser port so far: tokenizer split on '::', lexer tests green.\n"
 WAIT = 30.0
 KEEP_DECISIONS = 3
@@ -136,12 +140,17 @@ def memd_llm(fake_ok: FakeLLM) -> Iterator[RunningDaemon]:
     """A daemon whose LLM answers (after a scripted delay at most); generous per-attempt timeout and deadline."""
     with tempfile.TemporaryDirectory(prefix="memd-") as d:
         root = Path(d) / "ok"
-        names = ["crossing", "slow", "restorable", "secrets", "idle"]
+        names = ["crossing", "slow", "restorable", "secrets", "idle", "handedit"]
         config = base_config(
             root,
             workspaces={n: root / "ws" / n for n in names},
             llm=llm_section(fake_ok.url, timeout_seconds=10, max_retries=1, deadline_seconds=20),
-            checkpoint={"keep_decisions": KEEP_DECISIONS, "recent_share": RECENT_SHARE, "backoff_seconds": 0.1},
+            checkpoint={
+                "keep_decisions": KEEP_DECISIONS,
+                "recent_share": RECENT_SHARE,
+                "backoff_seconds": 0.1,
+                **NO_COVERAGE,
+            },
         )
         for n in names:
             config["workspaces"][n]["budget"] = dict(ROOMY_BUDGET)
@@ -184,7 +193,7 @@ def memd_flaky(fake_flaky: FakeLLM) -> Iterator[RunningDaemon]:
             root,
             workspaces={n: root / "ws" / n for n in names},
             llm=llm_section(fake_flaky.url, max_retries=1, timeout_seconds=1, deadline_seconds=3),
-            checkpoint={"backoff_seconds": 0.1, "backoff_max_seconds": 1},
+            checkpoint={"backoff_seconds": 0.1, "backoff_max_seconds": 1, **NO_COVERAGE},
         )
         for n in names:
             config["workspaces"][n]["budget"] = dict(ROOMY_BUDGET)
@@ -262,7 +271,7 @@ def test_a_threshold_crossing_triggers_exactly_one_checkpoint_that_meets_the_tar
     assert record["tokens_after"] <= target
     assert crossing.usage_after["hot"]["tokens"] <= target
     assert crossing.usage_after["hot"]["tokens"] == crossing.after["usage"]["hot"]["tokens"]
-    assert crossing.after["hot"]["summary"] == GOOD_SUMMARY
+    assert without_fold_line(crossing.after["hot"]["summary"]) == GOOD_SUMMARY
 
 
 def test_pinned_parts_are_byte_identical_after_a_checkpoint(crossing: Crossing, counter: TokenCounter) -> None:
@@ -315,7 +324,7 @@ def test_checkpoint_show_returns_the_original_entries_beside_the_summary(
     written = {e["id"]: e for e in crossing.seeded.notes + crossing.seeded.decisions if e["id"] in compressed}
 
     assert shown["record"] == crossing.record
-    assert shown["summary"] == GOOD_SUMMARY
+    assert without_fold_line(shown["summary"]) == GOOD_SUMMARY
     assert set(originals) == compressed
     for key, entry in written.items():
         kind = "note" if "text" in entry else "decision"
@@ -382,6 +391,41 @@ def test_writes_during_a_slow_llm_call_are_kept_and_the_compressed_entries_are_g
     assert compressed == {e["id"] for e in seeded.notes + seeded.decisions} - present
 
 
+def test_a_hand_edit_during_a_slow_llm_call_that_would_unpin_recent_decisions_is_refused_and_kept(
+    memd_llm: RunningDaemon, fake_ok: FakeLLM
+) -> None:
+    # Five decisions, three pinned: the plan compresses decisions 0 and 1. During the call a person deletes
+    # decisions 2-4 by hand; removing the compressed ones would then leave no recent decision at all.
+    ws = "handedit"
+    seed(memd_llm, ws, notes=50, decisions=5)
+    path = memd_llm.workspace(ws) / "hot" / "context.json"
+    fake_ok.script(Delay(2.0, then=Reply(GOOD_SUMMARY)))
+    outcome: dict[str, Any] = {}
+
+    def run_checkpoint() -> None:
+        try:
+            outcome["result"] = memd_llm.call("checkpoint.run", workspace=ws)
+        except MemdError as exc:
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run_checkpoint)
+    runner.start()
+    try:
+        wait_for(lambda: requests_of(fake_ok, ws), "the summary request to reach the endpoint", timeout=WAIT)
+        doc = json.loads(path.read_bytes())
+        doc["decisions"] = doc["decisions"][:2]
+        path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        edited = path.read_bytes()
+    finally:
+        runner.join(timeout=WAIT)
+    assert not runner.is_alive()
+
+    assert "result" not in outcome, f"the checkpoint applied over the hand edit: {outcome.get('result')}"
+    assert "pinned context" in outcome["error"].message
+    assert path.read_bytes() == edited
+    assert checkpoint_status(memd_llm, ws)["last_error"] == outcome["error"].message
+
+
 # --- failures change nothing -----------------------------------------------------------------------------------------
 
 
@@ -404,7 +448,7 @@ def assert_failure_changed_nothing(
 
 def assert_a_later_good_reply_succeeds(daemon: RunningDaemon, ws: str) -> None:
     record = daemon.call("checkpoint.run", workspace=ws)["checkpoint"]
-    assert daemon.call("hot.get", workspace=ws)["hot"]["summary"] == GOOD_SUMMARY
+    assert without_fold_line(daemon.call("hot.get", workspace=ws)["hot"]["summary"]) == GOOD_SUMMARY
     assert [r["id"] for r in daemon.call("checkpoint.list", workspace=ws)["checkpoints"]] == [record["id"]]
     status = checkpoint_status(daemon, ws)
     assert status["consecutive_failures"] == 0 and status["last_error"] is None
@@ -436,7 +480,7 @@ def test_a_refused_connection_changes_nothing_and_a_reachable_endpoint_after_rel
         root,
         workspaces={"alpha": root / "ws" / "alpha"},
         llm=llm_section(closed_port_url(), max_retries=1, timeout_seconds=1, deadline_seconds=3),
-        checkpoint={"backoff_seconds": 0.1, "backoff_max_seconds": 1},
+        checkpoint={"backoff_seconds": 0.1, "backoff_max_seconds": 1, **NO_COVERAGE},
     )
     config["workspaces"]["alpha"]["budget"] = dict(ROOMY_BUDGET)
     daemon = make_daemon("refused", config=config, env=KEY_ENV_VALUE)
@@ -465,7 +509,7 @@ def test_429_with_retry_after_then_a_reply_succeeds_through_the_clients_retry(
     record = memd_flaky.call("checkpoint.run", workspace=ws)["checkpoint"]
 
     assert record["backend"] == "openai"
-    assert memd_flaky.call("hot.get", workspace=ws)["hot"]["summary"] == GOOD_SUMMARY
+    assert without_fold_line(memd_flaky.call("hot.get", workspace=ws)["hot"]["summary"]) == GOOD_SUMMARY
     assert len(requests_of(fake_flaky, ws)) == 2
     assert checkpoint_status(memd_flaky, ws)["consecutive_failures"] == 0
 
@@ -484,7 +528,7 @@ def test_backoff_keeps_automatic_checkpoints_from_hammering_a_failing_endpoint(
             root,
             workspaces={"alpha": root / "ws" / "alpha"},
             llm=llm_section(fake.url, max_retries=0, timeout_seconds=5, deadline_seconds=10),
-            checkpoint={"backoff_seconds": backoff, "backoff_max_seconds": 60},
+            checkpoint={"backoff_seconds": backoff, "backoff_max_seconds": 60, **NO_COVERAGE},
             budget=CROSSING_BUDGET,
         )
         daemon = make_daemon("backoff", config=config, env=KEY_ENV_VALUE)
@@ -524,6 +568,7 @@ def test_the_daily_token_cap_stops_a_checkpoint_before_any_request(
             root,
             workspaces={"alpha": root / "ws" / "alpha"},
             llm=llm_section(fake.url, max_tokens_per_day=50),
+            checkpoint=NO_COVERAGE,
         )
         config["workspaces"]["alpha"]["budget"] = dict(ROOMY_BUDGET)
         daemon = make_daemon("capped", config=config, env=KEY_ENV_VALUE)
@@ -592,7 +637,7 @@ def test_the_extractive_default_checkpoints_with_no_llm_configured(
     assert record["backend"] == "extractive" and record["model"] == ""
     assert record["llm_tokens_in"] == record["llm_tokens_out"] == 0
     assert hot["summary"].startswith("# Context Summary\n")
-    assert "extractive" in hot["summary"].splitlines()[1]
+    assert hot["summary"].rstrip("\n").splitlines()[-1].startswith("- (folds in ")
     assert seeded.decisions[0]["action"] in hot["summary"]  # an older decision, as a bullet
     assert record["tokens_after"] <= 0.5 * ROOMY_BUDGET["hot"]
     assert record["pre_commit"] and record["post_commit"]

@@ -2,9 +2,11 @@
 their edit survives together with every acknowledged write; a workspace directory swapped for another is
 refused, never followed.
 
-The person here is careful the way editors are (vim warns "file changed since reading"): a save that would
-replace a version the person never read is retried on the new version, so the person never destroys an agent's
-acknowledged write themselves and the check can be exact on both sides.
+The person saves the way editors do: read, change, write a temp file, rename it over. An editor's save can itself
+replace a version it never read (an agent's write that landed after the read): that loss is the person's, not
+memd's, so the person here records exactly what each save displaced (the rename is made with RENAME_EXCHANGE so
+the displaced file can be looked at) and the check excuses precisely the acknowledged notes a save of the
+person's own destroyed.
 """
 
 from __future__ import annotations
@@ -34,19 +36,23 @@ def exchange(a: Path, b: Path) -> None:
         raise OSError(ctypes.get_errno(), "renameat2")
 
 
-def careful_save(path: Path, change: Callable[[bytes], bytes]) -> None:
-    """Read, change, write a temp file and rename it over the original, unless the file changed since it was
-    read (then read again): an editor's save that never clobbers a version it did not see."""
-    while True:
-        seen = path.read_bytes()
-        tmp = path.with_name(f".{path.name}.person-save")
-        tmp.write_bytes(change(seen))
-        exchange(tmp, path)
-        if tmp.read_bytes() == seen:
-            tmp.unlink()
-            return
-        exchange(tmp, path)  # put back the version we had not read; try again on it
-        tmp.unlink()
+def careful_save(path: Path, change: Callable[[bytes], bytes]) -> set[str]:
+    """Read, change, write a temp file and rename it over the original, as an editor saves. Returns the texts of
+    the notes this save destroyed: ones in the version it displaced that it had not read."""
+    seen = path.read_bytes()
+    written = change(seen)
+    tmp = path.with_name(f".{path.name}.person-save")
+    tmp.write_bytes(written)
+    exchange(tmp, path)
+    displaced = tmp.read_bytes()
+    tmp.unlink()
+    if displaced == seen:
+        return set()
+    return note_texts(displaced) - note_texts(written)
+
+
+def note_texts(data: bytes) -> set[str]:
+    return {n["text"] for n in json.loads(data).get("notes", [])}
 
 
 def add_key(key: str) -> Callable[[bytes], bytes]:
@@ -76,9 +82,10 @@ def test_rename_over_saves_while_an_agent_streams_notes_lose_nothing(daemon: Run
     agent = threading.Thread(target=stream_notes, args=(daemon, ws, stop, acked))
     agent.start()
     saves = [f"person_{i}" for i in range(40)]
+    destroyed_by_the_person: set[str] = set()
     try:
         for key in saves:
-            careful_save(hot, add_key(key))
+            destroyed_by_the_person |= careful_save(hot, add_key(key))
             time.sleep(0.005)
     finally:
         stop.set()
@@ -87,7 +94,10 @@ def test_rename_over_saves_while_an_agent_streams_notes_lose_nothing(daemon: Run
     daemon.call("hot.note", workspace=ws, text="after the race")
     doc = json.loads(hot.read_bytes())
     assert [k for k in saves if k not in doc] == [], "a person's save was overwritten by memd"
-    assert [t for t in acked if t not in {n["text"] for n in doc["notes"]}] == [], "an acknowledged note was lost"
+    notes = {n["text"] for n in doc["notes"]}
+    lost = [t for t in acked if t not in notes and t not in destroyed_by_the_person]
+    assert lost == [], "an acknowledged note was lost by memd"
+    assert len(destroyed_by_the_person) <= len(acked) // 2  # the race is real, but memd is not losing to it
     served = daemon.call("hot.get", workspace=ws)["hot"]
     assert all(k in served for k in saves)
 

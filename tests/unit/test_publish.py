@@ -353,3 +353,15 @@ def test_identity_holds_again_once_the_directory_is_back(ws: Workspace, tmp_path
         "alpha's",
         "accepted",
     ]
+
+
+def test_startup_recovery_removes_dead_writers_temp_files_but_not_this_processs_own(tmp_path: Path) -> None:
+    stale = tmp_path / f".context.json{fsio.TEMP_MARKER}1-deadbeef"
+    live = tmp_path / f".context.json{fsio.TEMP_MARKER}{os.getpid()}-cafef00d"  # a batch in flight during a reload
+    stale.write_bytes(b"left by a crash")
+    live.write_bytes(b"being published")
+
+    removed = fsio.remove_stale_temp_files([tmp_path])
+
+    assert removed == [stale]
+    assert live.exists() and not stale.exists()

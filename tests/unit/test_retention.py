@@ -568,4 +568,4 @@ def test_a_real_sweep_removes_what_the_dry_run_listed_and_logs_it_in_the_local_d
     if mode == "archive":
         for name in real["removed"]:
             day = date.fromisoformat(name.removesuffix(".md"))
-            assert ws.day_entries(day) == (parse_day(contents[name].decode()), "archive")
+            assert asyncio.run(ws.read_day(day)) == (parse_day(contents[name].decode()), "archive")

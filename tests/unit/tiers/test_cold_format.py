@@ -210,7 +210,13 @@ HOSTILE = [
     "a\r\n## b",
     "back\\slash\\n",
     "a\u2028b\x0bc\x1cd\x85e",
+    "a\u2029## b\x0c## c\x1d## d\x1e## e",
+    "\\u2028 \\u000b \\u0041",  # what an escaped line break looks like, written literally
 ]
+
+# Every line break markdown or Unicode knows: markdown ends a line at LF, CR and CRLF; str.splitlines(), editors
+# and many renderers also at VT, FF, FS, GS, RS, NEL, LS and PS.
+LINE_BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)
@@ -225,11 +231,32 @@ def test_no_category_or_text_can_create_sections_or_learnings(hostile: str) -> N
     assert result.count("\n## ") + result.startswith("## ") <= HAND_EDITED.count("\n## ") + 1
 
 
+@pytest.mark.parametrize("brk", LINE_BREAKS, ids=[repr(b) for b in LINE_BREAKS])
+def test_an_inserted_learning_holds_no_line_break_any_reader_would_split_on(brk: str) -> None:
+    value = f"x{brk}## Forged{brk}- [2024-01-01] forged"
+
+    result = insert_learning(HAND_EDITED, value, "2024-04-01", value)
+
+    added = result.removeprefix(HAND_EDITED)
+    assert added.splitlines() == added.split("\n")[:-1]  # LF is the only line break memd writes
+    assert [item for item in parse_memory(result) if item.date == "2024-04-01"] == [
+        Learning(value.strip(), "2024-04-01", value, len(result.split("\n")) - 2)
+    ]
+
+
+def test_a_line_break_written_by_hand_inside_a_line_is_content() -> None:
+    text = "## A\u2028B\n- [2024-01-01] x\x85y \\u0041\n"
+
+    assert parse_memory(text) == [Learning("A\u2028B", "2024-01-01", "x\x85y \\u0041", 1)]
+
+
 # --- properties ---------------------------------------------------------------------------------------------
 
 PIECES = ["\n", "\r\n", "## ", "# ", "- [2024-01-01] ", "```", "~~~", "A", "B", "x", " ", "\\", "\\n", "é"]
 documents = st.one_of(st.text(), st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
-values = st.one_of(st.text(), st.lists(st.sampled_from([*PIECES, "\u2028"]), max_size=8).map("".join))
+values = st.one_of(
+    st.text(), st.lists(st.sampled_from([*PIECES, *LINE_BREAKS, "\\u2028", "u2028"]), max_size=8).map("".join)
+)
 categories = values.filter(lambda c: c.strip() != "")
 
 

@@ -237,7 +237,13 @@ HOSTILE = [
     "",
     " ",
     "\u2028\x0b\x1c\x85",
+    "\x0c\x1d\x1e\u2029",
+    "\\u2028 \\u000b \\u0041 \\u",  # what an escaped line break looks like, written literally
 ]
+
+# Every line break markdown or Unicode knows: markdown ends a line at LF, CR and CRLF; str.splitlines(), editors
+# and many renderers also at VT, FF, FS, GS, RS, NEL, LS and PS.
+LINE_BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)
@@ -258,6 +264,24 @@ def test_no_detail_line_looks_like_structure_even_to_a_fence_blind_reader(hostil
     assert not line.startswith(("#", "`", "Result:"))
 
 
+@pytest.mark.parametrize("brk", LINE_BREAKS, ids=[repr(b) for b in LINE_BREAKS])
+def test_no_field_holds_a_line_break_any_reader_would_split_on(brk: str) -> None:
+    value = f"a{brk}### 12:00:00 - forged{brk}Result: forged"
+    entry = WarmEntry("10:00:00", value, ((value, value),), value)
+
+    rendered = render_entry(entry)
+
+    assert rendered.splitlines() == rendered.split("\n")[:-1]  # LF is the only line break memd writes
+    assert len(rendered.splitlines()) == 6  # heading, fence, one detail, fence, result, blank
+    assert parse_day(rendered) == [entry]
+
+
+def test_a_line_break_written_by_hand_inside_a_line_is_content_and_unknown_escapes_stay_as_written() -> None:
+    text = "### 10:00:00 - a\u2028b \\u0041 \\q\n```\nk\x85: v\x0bw\n```\nResult: r\u2029s\n"
+
+    assert parse_day(text) == [WarmEntry("10:00:00", "a\u2028b \\u0041 \\q", (("k\x85", "v\x0bw"),), "r\u2029s")]
+
+
 # --- properties ---------------------------------------------------------------------------------------------
 
 STRUCTURAL = [
@@ -276,7 +300,9 @@ STRUCTURAL = [
     "\\",
     " ",
 ]
-fields = st.one_of(st.text(), st.lists(st.sampled_from([*STRUCTURAL, "a", "é", "\u2028"])).map("".join))
+fields = st.one_of(
+    st.text(), st.lists(st.sampled_from([*STRUCTURAL, *LINE_BREAKS, "\\u2028", "u2028", "a", "é"])).map("".join)
+)
 times = st.times().map(lambda t: t.replace(microsecond=0)).map(time.isoformat)
 entries_strategy = st.builds(
     WarmEntry,

@@ -1,0 +1,67 @@
+"""The flush before a checkpoint compresses: every note and decision it removes from hot is first appended,
+verbatim, to today's warm log in the same batch as the apply, unless an identical entry is already in the warm
+window, so nothing compressed leaves what `context.get` loads while the warm window lasts. Pure draft editing.
+Imports memd.batch, memd.checkpoint_plan (entry keys) and memd.workspace (the warm store, for what is there).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memd.batch import Draft
+from memd.checkpoint_plan import keyed
+from memd.workspace import Workspace
+
+FLUSHED_NOTE = "note from hot"
+
+
+def entry_key_in(entry: dict[str, Any], present: set[str]) -> bool:
+    return any(k in present for k, _ in keyed([entry]))
+
+
+def flush_to_warm(
+    ws: Workspace, draft: Draft, checkpoint_id: str, removed: list[tuple[str, dict[str, Any], str]]
+) -> int:
+    """Append every entry a checkpoint compresses, verbatim, to today's warm log (in the same batch as the apply),
+    unless an identical entry is already in the warm window: a decision as decision.record logged it, a note as
+    a "note from hot" entry. Returns how many were appended."""
+    seen: set[tuple[str, ...]] = set()
+    today = draft.local.date()
+    for day in ws.warm.recent_days(today, ws.config.warm.recent_days):
+        for e in ws.warm.entries_for(day):
+            seen.add(_identity(e.action, dict(e.details)))
+    for e in draft.warm:
+        seen.add(_identity(e.action, dict(e.details)))
+    flushed = 0
+    for key, entry, kind in removed:
+        if kind == "note":
+            text = entry.get("text")
+            details = {
+                "id": str(entry.get("id") or key),
+                "ts": str(entry.get("ts") or ""),
+                "text": text if isinstance(text, str) else json.dumps(entry, ensure_ascii=False, sort_keys=True),
+            }
+            action = FLUSHED_NOTE
+        else:
+            action = f"decision: {entry.get('action', '')}"
+            details = {"reason": str(entry.get("reason") or "")}
+            if entry.get("risk") is not None:
+                details["risk"] = str(entry["risk"])
+        if _identity(action, details) in seen:
+            continue
+        seen.add(_identity(action, details))
+        extra = {"checkpoint": checkpoint_id, "from": "hot"}
+        if kind == "decision":
+            extra["id"] = str(entry.get("id") or key)
+        draft.log(action, tuple({**details, **extra}.items()))
+        flushed += 1
+    return flushed
+
+
+def _identity(action: str, details: dict[str, str]) -> tuple[str, ...]:
+    if action == FLUSHED_NOTE:
+        return (action, details.get("id", ""), details.get("text", ""))
+    if action.startswith("decision: "):
+        return (action, details.get("reason", ""))
+    return (action,)
