@@ -17,9 +17,10 @@ from typing import Any
 
 from memd import __version__
 from memd.cli_format import human
-from memd.client import Client, DaemonNotRunning, resolve_socket
+from memd.client import Client, DaemonNotRunning, find_socket
 from memd.config import Config, config_to_toml, load_config
 from memd.errors import ConfigError, MemdError
+from memd.locate import config_file
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CONFIG = 0, 1, 2, 3, 4
 
@@ -28,13 +29,7 @@ class UsageError(Exception):
     """A command line that argparse accepted but that does not make sense (exit 2)."""
 
 
-def default_config_path(env: dict[str, str]) -> Path | None:
-    """--config, else $MEMD_CONFIG, else $XDG_CONFIG_HOME/memd/config.toml when it exists, else the embedded default."""
-    if env.get("MEMD_CONFIG"):
-        return Path(env["MEMD_CONFIG"])
-    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
-    candidate = base / "memd" / "config.toml"
-    return candidate if candidate.exists() else None
+WS_HELP = "workspace name (as `memd workspaces` lists them)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,12 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # The same options are accepted after the command too (`memd run --config FILE`, as units write it).
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    common.add_argument("--socket", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--config", default=argparse.SUPPRESS, help="config file (as before the command)")
+    common.add_argument("--socket", default=argparse.SUPPRESS, help="daemon socket (as before the command)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the raw JSON result")
 
     def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if "help" in kwargs:
+            kwargs.setdefault("description", kwargs["help"])
         return sub.add_parser(name, parents=[common], **kwargs)
+
+    def add_workspace(p: argparse.ArgumentParser) -> None:
+        p.add_argument("workspace", help=WS_HELP)
 
     add("run", help="run the daemon in the foreground (what systemd starts)")
     add("ping", help="check that the daemon answers")
@@ -61,106 +61,129 @@ def build_parser() -> argparse.ArgumentParser:
     add("sockname", help="print the socket path the CLI would use")
 
     p = add("start-session", help="start or resume a session; prints the resume packet")
-    p.add_argument("workspace")
-    p.add_argument("task", nargs="?")
-    p.add_argument("--session-id")
-    p.add_argument("--topic")
+    add_workspace(p)
+    p.add_argument("task", nargs="?", help="what the agent works on; a different task starts a fresh session")
+    p.add_argument("--session-id", help="the session's id (default: generated, sess-YYYYMMDD-HHMMSS-xxxx)")
+    p.add_argument("--topic", help="selects the relevant learnings (default: the task)")
 
     p = add("progress", help="update the current step, files and pending actions")
-    p.add_argument("workspace")
-    p.add_argument("--step")
-    p.add_argument("--file", action="append", default=[], dest="files")
-    p.add_argument("--add", action="append", default=[], dest="pending_add", help="add a pending action")
-    p.add_argument("--done", action="append", default=[], dest="pending_done", help="mark a pending action done")
+    add_workspace(p)
+    p.add_argument("--step", help="the new current step (replaces the old one)")
+    p.add_argument("--file", action="append", default=[], dest="files", metavar="FILE", help="a file modified (repeat)")
+    p.add_argument(
+        "--add", action="append", default=[], dest="pending_add", metavar="ACTION", help="add a pending action (repeat)"
+    )
+    p.add_argument(
+        "--done",
+        action="append",
+        default=[],
+        dest="pending_done",
+        metavar="ACTION",
+        help="mark a pending action done (repeat); one that was not pending is reported and exits 1",
+    )
 
     p = add("decide", help="record a decision")
-    p.add_argument("workspace")
-    p.add_argument("action")
-    p.add_argument("--reason", required=True)
-    p.add_argument("--risk")
+    add_workspace(p)
+    p.add_argument("action", help="what was decided")
+    p.add_argument("--reason", required=True, help="why (required)")
+    p.add_argument("--risk", help="the risk it carries, e.g. low")
 
     p = add("note", help="add a working-context note to the hot tier")
-    p.add_argument("workspace")
-    p.add_argument("text")
+    add_workspace(p)
+    p.add_argument("text", help="the note")
 
     p = add("log", help="append an entry to today's warm log")
-    p.add_argument("workspace")
-    p.add_argument("action")
-    p.add_argument("--detail", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--result")
+    add_workspace(p)
+    p.add_argument("action", help="what was done (the entry's heading)")
+    p.add_argument("--detail", action="append", default=[], metavar="KEY=VALUE", help="a detail line (repeat)")
+    p.add_argument("--result", help="the outcome (the entry's Result: line)")
 
     p = add("learn", help="add a long-term learning to cold/MEMORY.md")
-    p.add_argument("workspace")
-    p.add_argument("category")
-    p.add_argument("text")
+    add_workspace(p)
+    p.add_argument("category", help="its section in cold/MEMORY.md, e.g. Performance")
+    p.add_argument("text", help="the learning")
 
     for name, help_text in (
         ("context", "print the assembled context"),
         ("memory", "relevant cold learnings"),
     ):
         p = add(name, help=help_text)
-        p.add_argument("workspace")
-        p.add_argument("--topic")
+        add_workspace(p)
+        p.add_argument("--topic", help="selects the relevant learnings (default: the session's task)")
+        if name == "context":
+            p.add_argument("--all", action="store_true", help="everything, not trimmed to the tiers' token budgets")
 
     p = add("hot", help="print the hot tier")
-    p.add_argument("workspace")
+    add_workspace(p)
     p = add("recent", help="recent warm activity")
-    p.add_argument("workspace")
-    p.add_argument("--days", type=int)
+    add_workspace(p)
+    p.add_argument("--days", type=int, help="calendar days back from today, today included (default: warm.recent_days)")
 
     p = add("day", help="one day of warm activity (from warm/ or the archive)")
-    p.add_argument("workspace")
-    p.add_argument("date", help="YYYY-MM-DD")
+    add_workspace(p)
+    p.add_argument("date", help="the day, YYYY-MM-DD")
 
     p = add("sweep", help="run warm retention now (or list what it would remove)")
-    p.add_argument("workspace", nargs="?")
-    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("workspace", nargs="?", help="workspace name (default: every workspace)")
+    p.add_argument("--dry-run", action="store_true", help="only list what a real sweep would remove")
 
     p = add("snapshot", help="commit the workspace's state to its git history now")
-    p.add_argument("workspace")
-    p.add_argument("--reason")
+    add_workspace(p)
+    p.add_argument("--reason", help="recorded as the commit's Memd-Reason (default: requested)")
 
     p = add("history", help="snapshot commits, newest first")
-    p.add_argument("workspace")
-    p.add_argument("path", nargs="?")
-    p.add_argument("--limit", type=int)
+    add_workspace(p)
+    p.add_argument("path", nargs="?", help="only commits touching this path, e.g. hot/context.json or warm")
+    p.add_argument("--limit", type=int, help="most commits shown (default 50)")
 
     p = add("diff", help="diff between two snapshots (or one and now)")
-    p.add_argument("workspace")
-    p.add_argument("rev")
-    p.add_argument("rev2", nargs="?")
+    add_workspace(p)
+    p.add_argument("rev", help="the old revision, e.g. HEAD~1 or a commit from `memd history`")
+    p.add_argument("rev2", nargs="?", help="the new revision (default: the files as they are now)")
 
     p = add("show", help="a file as it was at a snapshot: memd show WS REV:PATH")
-    p.add_argument("workspace")
-    p.add_argument("spec", metavar="REV:PATH")
+    add_workspace(p)
+    p.add_argument("spec", metavar="REV:PATH", help="a revision and a file path, e.g. HEAD~1:hot/context.json")
 
     p = add("restore", help="restore paths to a snapshot, as a new commit")
-    p.add_argument("workspace")
-    p.add_argument("rev")
-    p.add_argument("paths", nargs="*")
+    add_workspace(p)
+    p.add_argument("rev", help="the revision to bring files back to")
+    p.add_argument("paths", nargs="*", help="paths to restore, e.g. hot (default: snapshot.paths)")
 
     p = add("push", help="push the workspace's snapshots to its remote now (after a divergence is fixed)")
-    p.add_argument("workspace")
+    add_workspace(p)
 
-    p = add("checkpoint", help="compact hot context now: memd checkpoint WS | memd checkpoint show WS ID")
-    p.add_argument("words", nargs="+", metavar="WS | show WS ID")
+    p = add(
+        "checkpoint",
+        help="compact hot context now: memd checkpoint WS | memd checkpoint show WS ID | memd checkpoint undo WS ID",
+    )
+    p.add_argument(
+        "words",
+        nargs="+",
+        metavar="WS | show WS ID | undo WS ID",
+        help="a workspace to compact now; or show/undo, a workspace and a checkpoint id (from `memd checkpoints`)",
+    )
     p.add_argument("--if-needed", action="store_true", help="only when over the threshold and not backing off")
 
     p = add("checkpoints", help="list a workspace's checkpoints")
-    p.add_argument("workspace")
+    add_workspace(p)
 
     p = add("config", help="check or show the configuration")
-    config_sub = p.add_subparsers(dest="config_command", required=True)
-    c = config_sub.add_parser("check", parents=[common], help="validate a config file")
-    c.add_argument("file", nargs="?")
-    config_sub.add_parser("show", parents=[common], help="print the effective config as TOML")
+    config_sub = p.add_subparsers(dest="config_command", required=True, metavar="check | show")
+    c = config_sub.add_parser(
+        "check", parents=[common], help="validate a config file", description="validate a config file"
+    )
+    c.add_argument("file", nargs="?", help="the file to check (default: the one memd would use)")
+    config_sub.add_parser(
+        "show", parents=[common], help="print the effective config as TOML", description="print the effective config"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     env = dict(os.environ)
-    config_path = Path(args.config) if args.config else default_config_path(env)
+    config_path = config_file(env, args.config)
     try:
         if args.command == "config":
             return _config_command(args, config_path, env)
@@ -174,8 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             except MemdError as exc:
                 print(f"memd: cannot start: {exc.message}", file=sys.stderr)
                 return EXIT_ERROR
-        config = load_config(config_path, env)
-        socket_path = resolve_socket(args.socket, env, config)
+        config = load_config(config_path, env)  # an invalid file is refused (exit 4), as `memd run` would
+        socket_path = find_socket(env, args.socket, config_path)  # what memd.client's users call too
         if args.command == "sockname":
             print(socket_path)
             return EXIT_OK
@@ -204,7 +227,11 @@ def _config_command(args: argparse.Namespace, config_path: Path | None, env: dic
     path = Path(args.file) if getattr(args, "file", None) else config_path
     config = load_config(path, env)
     if args.config_command == "check":
-        print(f"{path or '(embedded default)'}: ok, {len(config.workspaces)} workspace(s)")
+        names = ", ".join(config.workspaces)
+        print(
+            f"{path or '(embedded default)'}: ok, {len(config.workspaces)} workspace(s)"
+            + (f": {names}" if names else "")
+        )
     else:
         print(config_to_toml(config), end="")
     return EXIT_OK
@@ -253,7 +280,7 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
     elif cmd == "learn":
         result = client.call("cold.learn", workspace=ws, category=args.category, learning=args.text)
     elif cmd == "context":
-        result = client.call("context.get", **_drop_none(workspace=ws, topic=args.topic))
+        result = client.call("context.get", **_drop_none(workspace=ws, topic=args.topic, all=args.all or None))
     elif cmd == "memory":
         result = client.call("cold.get", **_drop_none(workspace=ws, topic=args.topic))
     elif cmd == "hot":
@@ -284,10 +311,13 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
         if words[0] == "show" and len(words) == 3:
             cmd = "checkpoint-show"
             result = client.call("checkpoint.show", workspace=words[1], id=words[2])
+        elif words[0] == "undo" and len(words) == 3:
+            cmd = "checkpoint-undo"
+            result = client.call("checkpoint.undo", workspace=words[1], id=words[2])
         elif len(words) == 1:
             result = client.call("checkpoint.run", workspace=words[0], force=not args.if_needed)
         else:
-            raise UsageError("usage: memd checkpoint WS  |  memd checkpoint show WS ID")
+            raise UsageError("usage: memd checkpoint WS  |  memd checkpoint show WS ID  |  memd checkpoint undo WS ID")
     elif cmd == "checkpoints":
         result = client.call("checkpoint.list", workspace=ws)
     else:  # argparse only admits the commands above
@@ -297,6 +327,12 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
     except BrokenPipeError:  # `memd ... | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if cmd == "reload" and not result.get("reloaded"):
+        return EXIT_ERROR
+    if cmd == "progress" and result.get("not_pending"):
+        # The rest of the update was applied; saying `ok` would hide that these were not marked done.
+        pending = ", ".join(repr(a) for a in result.get("pending_actions", [])) or "none"
+        missing = ", ".join(repr(a) for a in result["not_pending"])
+        print(f"memd: not pending, so not marked done: {missing} (pending actions: {pending})", file=sys.stderr)
         return EXIT_ERROR
     if cmd == "push" and result.get("result") not in ("ok", "nothing to push"):
         return EXIT_ERROR

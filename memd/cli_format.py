@@ -45,6 +45,9 @@ def human(cmd: str, result: Any) -> str:
         return str(result["rendered"])
     if cmd == "memory":
         return str(result["text"] or "(no relevant learnings)")
+    if cmd == "checkpoint-undo":
+        u = result["undone"]
+        return f"checkpoint {u['id']} undone: {u['restored_entries']} entries back in hot ({u['tokens']} tokens)"
     if cmd == "checkpoint":
         r = result["checkpoint"]
         return f"checkpoint {r['id']}: hot {r['tokens_before']} -> {r['tokens_after']} tokens ({r['backend']})"
@@ -107,5 +110,7 @@ def human(cmd: str, result: Any) -> str:
         return "reloaded" if result.get("reloaded") else "reload rejected:\n  " + "\n  ".join(result.get("errors", []))
     if isinstance(result, dict) and "usage" in result:
         usage = "  ".join(f"{t} {u['percent']}%" for t, u in result["usage"].items())
+        if cmd == "progress" and result.get("not_pending"):
+            return f"partly done: some --done actions were not pending (see below)  ({usage})"
         return f"ok  ({usage})"
     return json.dumps(result, indent=2, ensure_ascii=False)

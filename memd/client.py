@@ -1,10 +1,10 @@
 """A synchronous client for memd's socket protocol (what the CLI and Python agents use).
 
-    with Client(resolve_socket(None, os.environ, load_config(None, os.environ))) as memd:
+    with Client(find_socket(os.environ)) as memd:  # the socket `memd` uses: $MEMD_SOCKET, the config's, the default
         memd.call("warm.log", workspace="default", action="ran tests", result="ok")
 
-Errors come back as MemdError subclasses carrying the daemon's stable code. Imports memd.protocol, memd.config
-(to find the socket) and memd.errors.
+Errors come back as MemdError subclasses carrying the daemon's stable code. Imports memd.protocol, memd.locate
+(to find the socket as the CLI does, without loading the daemon's configuration) and memd.errors.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from __future__ import annotations
 import itertools
 import json
 import socket
-from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from memd import errors
-from memd.config import Config
 from memd.errors import MemdError
+from memd.locate import find_socket as find_socket  # re-exported: clients find the socket here
 from memd.protocol import encode_request
 
 _BY_CODE: dict[int, type[MemdError]] = {
@@ -51,15 +50,6 @@ class RemoteError(MemdError):
     def __init__(self, code: int, message: str, data: dict[str, Any] | None) -> None:
         super().__init__(message, data=data)
         self.code = code
-
-
-def resolve_socket(explicit: str | None, env: Mapping[str, str], config: Config) -> Path:
-    """--socket, then $MEMD_SOCKET, then the config's server.socket."""
-    if explicit:
-        return Path(explicit)
-    if env.get("MEMD_SOCKET"):
-        return Path(env["MEMD_SOCKET"])
-    return config.server.socket
 
 
 def connect_error(path: Path, exc: OSError) -> Exception:

@@ -3,15 +3,13 @@
 Only the composition root (daemon, cli) calls `load_config`; everything else receives the pieces it needs.
 Unknown keys are errors naming the full key path; every problem is collected, not just the first. Paths expand
 `~` and `$VARS` from the environment passed in (never read implicitly). Range checks live in memd.config_checks.
-Imports memd.config_checks and memd.errors.
+Imports memd.config_checks, memd.locate and memd.errors.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import re
-import tomllib
 import types
 import typing
 from collections.abc import Mapping
@@ -24,6 +22,7 @@ import tomli_w
 from memd.config_checks import SUN_PATH_MAX as SUN_PATH_MAX  # re-exported: part of the config's contract
 from memd.config_checks import validate
 from memd.errors import ConfigError
+from memd.locate import default_socket, default_state_dir, expand_path, read_config_file
 
 WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -190,15 +189,7 @@ def load_config(path: Path | None, env: Mapping[str, str]) -> Config:
     """Parse `path` (or the embedded default when None). Raises ConfigError listing every problem."""
     if path is None:
         return parse_config({}, env, source=None)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file (copy config.example.toml there, or omit --config)"]) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    return parse_config(raw, env, source=path)
+    return parse_config(read_config_file(path), env, source=path)
 
 
 def parse_config(raw: Mapping[str, Any], env: Mapping[str, str], source: Path | None = None) -> Config:
@@ -211,7 +202,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str], source: Path | 
     for name, cls in _SECTIONS.items():
         merged = {**defaults.get(name, {}), **_as_table(raw.get(name, {}), name, errors)}
         sections[name] = _build(cls, merged, name, env, errors)
-    workspaces = _parse_workspaces(raw, env, sections, errors, embedded=source is None and not raw)
+    workspaces = _parse_workspaces(raw, env, sections, errors)
     config = Config(**sections, workspaces=workspaces, source=source)
     validate(config, errors)
     if errors:
@@ -248,14 +239,9 @@ def config_to_toml(config: Config) -> str:
 
 
 def _environment_defaults(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """Defaults that depend on where memd runs: systemd's directories, XDG, or the home directory."""
-    state = env.get("STATE_DIRECTORY") or (
-        str(Path(env["XDG_STATE_HOME"]) / "memd") if env.get("XDG_STATE_HOME") else "~/.local/state/memd"
-    )
-    runtime = env.get("RUNTIME_DIRECTORY") or (
-        str(Path(env["XDG_RUNTIME_DIR"]) / "memd") if env.get("XDG_RUNTIME_DIR") else state
-    )
-    return {"daemon": {"state_dir": state}, "server": {"socket": str(Path(runtime) / "memd.sock")}}
+    """Defaults that depend on where memd runs (systemd's directories, XDG, or the home directory): memd.locate's,
+    so that the clients look for the socket where the daemon binds it."""
+    return {"daemon": {"state_dir": default_state_dir(env)}, "server": {"socket": default_socket(env)}}
 
 
 def _default_workspace_path(env: Mapping[str, str]) -> str:
@@ -268,10 +254,11 @@ def _parse_workspaces(
     env: Mapping[str, str],
     sections: dict[str, Any],
     errors: list[str],
-    embedded: bool,
 ) -> dict[str, WorkspaceConfig]:
     table = _as_table(raw.get("workspaces", {}), "workspaces", errors)
-    if embedded:
+    if not table and not sections["discovery"].roots:
+        # A file that sets only, say, [warm] retention_days must not silently serve nothing: with no workspace
+        # named and none to discover, memd serves the default one, as with no config file at all.
         table = {"default": {"path": _default_workspace_path(env)}}
     result: dict[str, WorkspaceConfig] = {}
     for name, body in table.items():
@@ -375,18 +362,10 @@ def _convert(tp: Any, value: Any, where: str, env: Mapping[str, str], errors: li
 
 
 def _expand_path(value: str, where: str, env: Mapping[str, str], errors: list[str]) -> Path:
-    def substitute(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        if name not in env:
-            errors.append(f"{where}: ${name} is not set in the environment")
-            return match.group(0)
-        return env[name]
-
-    expanded = re.sub(r"\$\{(\w+)\}|\$(\w+)", substitute, value)
-    if expanded.startswith("~"):
-        home = env.get("HOME") or os.path.expanduser("~")
-        expanded = home + expanded[1:] if expanded in ("~",) or expanded.startswith("~/") else expanded
-    return Path(expanded)
+    unset: list[str] = []
+    path = expand_path(value, env, unset)  # memd.locate's: the clients expand server.socket the same way
+    errors.extend(f"{where}: ${name} is not set in the environment" for name in unset)
+    return path
 
 
 def _to_plain(value: Any) -> Any:

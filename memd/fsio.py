@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import secrets
+import signal
 import stat
 import threading
 from collections.abc import Iterable
@@ -114,11 +116,14 @@ class PinnedDir:
 
 
 class OutsideChange(Exception):
-    """A guarded replace found the file changed since its batch was planned; nothing of that file was changed."""
+    """A guarded replace found the file changed since its batch was planned, or still open for writing by another
+    process (`busy`: its write may be on the way); nothing of that file was changed."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(f"{path} changed outside memd while a batch was being published")
+    def __init__(self, path: Path, busy: bool = False) -> None:
+        why = "is held open for writing by another process" if busy else "changed outside memd"
+        super().__init__(f"{path} {why} while a batch was being published")
         self.path = path
+        self.busy = busy
 
 
 class Renames:
@@ -399,9 +404,14 @@ def _publish(st: _Staged) -> None:
         else:
             st.published = True
             st.holds_displaced = w.expected is not None
-            if st.holds_displaced and not _holds(st.tmp, w.expected):
-                _unpublish(st)
-                raise OutsideChange(w.path)
+            if st.holds_displaced:
+                # First: is a writer that opened the old file before the exchange still holding it? Its write
+                # would land in the displaced file after any comparison. Nobody else can open the displaced file
+                # now (it is under memd's random temp name), so once that is ruled out the comparison is final.
+                busy = _held_open_for_writing(st.tmp)
+                if busy or not _holds(st.tmp, w.expected):
+                    _unpublish(st)
+                    raise OutsideChange(w.path, busy=busy)
             return
     if w.guarded and _current_bytes(w.path) != w.expected:  # the fallback: compare, then rename
         raise OutsideChange(w.path)
@@ -413,6 +423,8 @@ def _unpublish(st: _Staged) -> None:
     """Put back what a published replace displaced, unless someone replaced the file again since (then their newer
     version stays, as it would have without memd)."""
     w = st.write
+    if not w.guarded:  # nothing is known of what an unguarded replace displaced: it stays
+        return
     try:
         current = os.lstat(w.path)
     except FileNotFoundError:
@@ -427,6 +439,30 @@ def _unpublish(st: _Staged) -> None:
         atomic_replace(w.path, w.expected)
     st.published = False
     st.holds_displaced = False
+
+
+_F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
+
+
+def _held_open_for_writing(path: Path) -> bool:
+    """Does another process hold `path` open for writing? The kernel refuses a read lease (EAGAIN) exactly then.
+    False where leases are refused for other reasons (a file someone else owns without CAP_LEASE, a filesystem
+    without leases): the content comparison alone decides there. The lease is dropped at once; a lease break
+    would signal SIGIO, whose default action kills, so it is redirected to SIGURG, ignored by default."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.fcntl(fd, _F_SETSIG, signal.SIGURG)
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        except OSError as exc:
+            return exc.errno == errno.EAGAIN
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _holds(path: Path, expected: bytes | None) -> bool:

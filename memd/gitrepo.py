@@ -7,11 +7,14 @@ state directory (`core.worktree` pointing at the workspace), which never touches
 `.git` that exists is used only if it says `memd.managed = true`, or if the config says to adopt it (a `.git`
 that is a symlink or a file never is).
 
-What a snapshot holds is memd's decision alone: the tier files are added with `--force`, so neither the user's
-global excludes (`core.excludesFile`) nor a `.gitignore` in the workspace keeps one out of git, and memd's own
-files (its `.memd-tmp-` temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on every
-`add`. A repository memd creates also gets `info/exclude` (so a person's `git add -A` skips those files too) and
-`info/attributes` that turn off end-of-line conversion and filters, so git stores each file's exact bytes.
+What a snapshot holds, staged in two passes: (1) everything under the snapshot paths, the normal way (ignore rules
+respected, so editors' temporaries stay out; a file that vanishes while git looks at it is retried, never a failed
+snapshot), then (2) the tier files proper, listed here from what exists (no symlink followed) and added with
+`--force`, so neither the user's global excludes (`core.excludesFile`) nor a `.gitignore` in the workspace keeps
+one out of git. memd's own files (its `.memd-tmp-` temporaries, the workspace lock `.memd.lock`) are left out by
+exclude pathspecs on every `add`. A repository memd creates also gets `info/exclude` (those files and the common
+editor temporaries: a person's `git add -A` skips them too) and `info/attributes` that turn off end-of-line
+conversion and filters, so git stores each file's exact bytes.
 
 The workspace directory is pinned (device, inode) when this object is made: every git command first checks that
 the path is still that directory, not a symlink or another directory swapped in, so nothing is ever `git init`-ed
@@ -26,11 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +57,30 @@ _UNSAFE_MARKERS = ("MERGE_HEAD", "rebase-merge", "rebase-apply", "CHERRY_PICK_HE
 LOCK_FILE = ".memd.lock"  # the workspace lock at the workspace's root: never committed
 # Never staged, whatever anyone's ignore rules say (`add --force` ignores every exclude file, memd's own too).
 OWN_FILES_PATHSPECS = (":(exclude,glob)**/*.memd-tmp-*", f":(exclude,top){LOCK_FILE}")
-INFO_EXCLUDE = f"# written by memd\n*.memd-tmp-*\n.git.memd-tmp-*\n/{LOCK_FILE}\n"
+# Editors' temporaries (vim's swap files and its `4913` write probe, backups `name~`, emacs' `.#name` locks and
+# `#name#` autosaves, ...): not committed by default. A workspace `.gitignore` line `!pattern` brings one back.
+EDITOR_TEMPORARIES = (
+    "*~",
+    ".*.sw[a-p]",
+    "4913",
+    ".#*",
+    "\\#*#",
+    "*.tmp",
+    "*.kate-swp",
+    ".~lock.*#",
+    "*___jb_tmp___",
+    "*___jb_old___",
+)
+INFO_EXCLUDE = (
+    f"# written by memd\n*.memd-tmp-*\n.git.memd-tmp-*\n/{LOCK_FILE}\n# editors' temporaries\n"
+    + "\n".join(EDITOR_TEMPORARIES)
+    + "\n"
+)
+# The tier files proper: added with `--force` whatever the ignore rules say (see `GitRepo.stage`).
+TIER_FILES = ("hot/context.json", "cold/MEMORY.md", "cold/PROPOSED.md")
+WARM_DIR, ARCHIVE_DIR = "warm", "warm/archive"
+DAY_FILE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
+ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it
 # Exact bytes in, exact bytes out: retention compares the committed blob with the file before it deletes.
 INFO_ATTRIBUTES = (
     "# written by memd: store every file exactly as it is\n* -text -filter -ident -working-tree-encoding\n"
@@ -181,7 +208,12 @@ class GitRepo:
         return self._exec(args, False, GIT_TIMEOUT, None).returncode
 
     def _exec(
-        self, args: Sequence[str], check: bool, timeout: float, input: bytes | None
+        self,
+        args: Sequence[str],
+        check: bool,
+        timeout: float,
+        input: bytes | None,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
         self.check_root()
         cmd = [
@@ -199,7 +231,13 @@ class GitRepo:
         ]  # fmt: skip
         try:
             out = subprocess.run(
-                cmd, cwd=self.work_tree, env=self._env(), capture_output=True, timeout=timeout, input=input, check=False
+                cmd,
+                cwd=self.work_tree,
+                env={**self._env(), **(env or {})},
+                capture_output=True,
+                timeout=timeout,
+                input=input,
+                check=False,
             )
         except FileNotFoundError:
             raise GitMissing(f"git binary {self.git} is gone: snapshots are disabled") from None
@@ -285,14 +323,21 @@ class GitRepo:
             time.sleep(0.05)
 
     def stage(self, lock_wait: float = GIT_TIMEOUT) -> list[str]:
-        """Stage the snapshot paths. Returns the files that differ from HEAD (deletions included); [] if none."""
+        """Stage the snapshot paths. Returns the files that differ from HEAD (deletions included); [] if none.
+
+        Two passes. (1) `git add --all --ignore-errors` of the snapshot paths, respecting ignore rules (editors'
+        temporaries stay out), recording changes and deletions; a file deleted while git looks at it (an editor's
+        temporary, typically) makes git stop or skip it: that add is run again, and if files keep vanishing this
+        pass is left to the next snapshot. Any other error fails. (2) The tier files that exist, listed here
+        without following a symlink, added with `--force`: no ignore rule decides what memd keeps, and this pass
+        must succeed. memd's own files are excluded by pathspec in both."""
         self.check_safe()
         self.wait_for_index_lock(lock_wait)
-        present = [p for p in self.paths if (self.work_tree / p).exists() or self._tracked(p)]
+        present = self._present()
         if not present:
             return []
-        # --force: nobody's ignore rules decide what memd keeps; memd's own files are excluded by pathspec.
-        self.run("add", "--all", "--force", "--", *present, *OWN_FILES_PATHSPECS)
+        self._add(self._present, ("--all", "--ignore-errors"), must_succeed=False)
+        self._add(self._tier_files, ("--force",), must_succeed=True)
         if self.returncode("rev-parse", "--verify", "--quiet", "HEAD") != 0:  # no commit yet
             listing = self.run("ls-files", "-z", "--", *present, *OWN_FILES_PATHSPECS)
         else:
@@ -300,6 +345,65 @@ class GitRepo:
                 "diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *OWN_FILES_PATHSPECS
             )
         return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
+
+    def _present(self) -> list[str]:
+        return [p for p in self.paths if (self.work_tree / p).exists() or self._tracked(p)]
+
+    def _add(self, pathspecs: Callable[[], list[str]], options: Sequence[str], must_succeed: bool) -> None:
+        """`git add` of `pathspecs()` (listed again before each try), tried again while the only trouble is files
+        that vanished as git looked at them. After ADD_ATTEMPTS of those: GitError if `must_succeed`, else done."""
+        stderr = ""
+        for _ in range(ADD_ATTEMPTS):
+            paths = pathspecs()
+            if not paths:
+                return
+            args = ("add", *options, "--", *paths, *OWN_FILES_PATHSPECS)
+            out = self._exec(args, False, GIT_TIMEOUT, None, env=_C_LOCALE)  # git's messages are parsed below
+            if out.returncode == 0:
+                return
+            stderr = out.stderr.decode("utf-8", "surrogateescape")
+            vanished, other, ignored = _add_trouble(stderr, self.work_tree, self.paths)
+            if other or not (vanished or ignored):
+                message = "\n".join(other) or stderr.strip() or f"exit {out.returncode}"
+                raise GitError(f"git add failed in {self.git_dir}: {message}")
+            if not vanished:  # only the report of ignored snapshot paths: the rest is staged
+                return
+        if must_succeed:
+            raise GitError(f"git add failed in {self.git_dir} {ADD_ATTEMPTS} times, files vanishing: {stderr.strip()}")
+
+    def _tier_files(self) -> list[str]:
+        """The tier files that exist under the snapshot paths as regular files, reached without a symlink:
+        `:(literal)` pathspecs (an archive's name may hold a glob character)."""
+        found = [name for name in TIER_FILES if self._regular_file(name)]
+        for directory, match in (
+            (WARM_DIR, DAY_FILE.fullmatch),
+            (ARCHIVE_DIR, lambda name: name.endswith(".md.gz") and not name.startswith(".")),
+        ):
+            if not self._real_dir(directory):
+                continue
+            try:
+                with os.scandir(self.work_tree / directory) as entries:
+                    found += [
+                        f"{directory}/{e.name}" for e in entries if match(e.name) and e.is_file(follow_symlinks=False)
+                    ]
+            except OSError:  # gone, or not a directory any more: nothing of it to add
+                continue
+        wanted = [name for name in found if _under(name, self.paths)]
+        return [f":(literal){name}" for name in sorted(wanted)]
+
+    def _real_dir(self, relative: str) -> bool:
+        """Is every component of `relative` a directory, none a symlink?"""
+        parts = relative.split("/")
+        return all(_is_real_dir(self.work_tree.joinpath(*parts[: i + 1])) for i in range(len(parts)))
+
+    def _regular_file(self, relative: str) -> bool:
+        directory, _, _ = relative.rpartition("/")
+        if directory and not self._real_dir(directory):
+            return False
+        try:
+            return stat.S_ISREG(os.lstat(self.work_tree / relative).st_mode)
+        except OSError:
+            return False
 
     def _tracked(self, path: str) -> bool:
         if not (self.git_dir / "HEAD").exists():
@@ -421,6 +525,50 @@ class GitRepo:
 
     def fsck(self) -> str:
         return self.run("fsck", "--no-progress", check=False).decode(errors="replace")
+
+
+# `git add` messages, in the C locale: a file deleted between git's directory scan and its lstat/open/readlink.
+_C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
+_GONE = re.compile(r"""(?:error|fatal): [^'"]*(['"])(?P<path>.*)\1\)?: (?:No such file or directory|Not a directory)""")
+_UNINDEXED = re.compile(r"error: unable to index file '(?P<path>.*)'")
+_NO_MATCH = re.compile(r"fatal: pathspec '(?:[:][(]literal[)])?(?P<path>.*)' did not match any files")
+_IGNORED_REPORT = "The following paths are ignored by one of your .gitignore files:"
+_CONSEQUENCES = ("fatal: adding files failed", "fatal: updating files failed")
+
+
+def _add_trouble(stderr: str, work_tree: Path, scope: Sequence[str]) -> tuple[list[str], list[str], bool]:
+    """Sort what a failed `git add` said: (the paths under `scope` that vanished while git looked at them, every
+    other error line, whether it reported ignored paths). Hints, warnings, the paths the report lists and the
+    "adding files failed" that follows an error are none of them."""
+
+    vanished: list[str] = []
+    unindexed: list[str] = []
+    other: list[str] = []
+    ignored = in_report = False
+    for line in stderr.splitlines():
+        if not line.strip() or line.startswith(("hint: ", "warning: ")) or line in _CONSEQUENCES:
+            continue
+        if line == _IGNORED_REPORT:
+            ignored = in_report = True
+            continue
+        if in_report and not line.startswith(("error: ", "fatal: ")):
+            continue  # a path the report lists
+        in_report = False
+        gone, no_match = _GONE.fullmatch(line), _NO_MATCH.fullmatch(line)
+        if gone and _under(gone["path"], scope):
+            vanished.append(gone["path"])
+        elif no_match and _under(no_match["path"], scope) and not os.path.lexists(work_tree / no_match["path"]):
+            vanished.append(no_match["path"])
+        elif unindexable := _UNINDEXED.fullmatch(line):
+            unindexed.append(unindexable["path"])  # follows the reason: an error only if that was not vanishing
+        else:
+            other.append(line)
+    other += [f"error: unable to index file '{path}'" for path in unindexed if path not in vanished]
+    return vanished, other, ignored
+
+
+def _under(path: str, paths: Sequence[str]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
 
 
 def _managed_marker(git: str, git_dir: Path) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -310,19 +311,32 @@ class Workspace:
         self.health.replans += 1
         if plan.replans >= MAX_REPLANS:
             message = (
-                f"{exc.path} changed outside memd during each of {MAX_REPLANS + 1} attempts to publish a batch of "
-                f"workspace {self.name!r}; nothing was written or acknowledged: stop the tool rewriting it, then retry"
+                f"{exc.path} changed outside memd (or was held open for writing) during each of {MAX_REPLANS + 1} "
+                f"attempts to publish a batch of workspace {self.name!r}; nothing was written or acknowledged: stop "
+                "the tool rewriting or holding it, then retry"
             )
             log.error("%s", message)
             fail_futures((f for f, _ in plan.accepted), StorageError(message, data={"path": str(exc.path)}))
             return False
-        log.info("workspace %s: %s was saved outside memd while publishing; planning again on it", self.name, exc.path)
-        if exc.path == self.hot.path:
+        if exc.busy:  # a writer holds the old file open: give its write a moment to land, then read it
+            delay = min(0.001 * 2**plan.replans, 0.1)
+            log.info(
+                "workspace %s: %s is held open for writing; planning again in %.0f ms", self.name, exc.path, delay * 1e3
+            )
+            asyncio.get_running_loop().call_later(delay, self._replan_now, plan, exc.path)
+        else:
+            log.info(
+                "workspace %s: %s was saved outside memd while publishing; planning again on it", self.name, exc.path
+            )
+            self._replan_now(plan, exc.path)
+        return True
+
+    def _replan_now(self, plan: Batch, path: Path) -> None:
+        if path == self.hot.path:
             self.hot.load()
-        elif exc.path == self.cold.path:
+        elif path == self.cold.path:
             self.cold.load()
         self._plan_and_write(plan.requests, plan.replans + 1)
-        return True
 
     def _acknowledge(self, plan: Batch, changed: frozenset[str]) -> None:
         self.health.batches += 1

@@ -1,20 +1,20 @@
 """Who is calling and what they may touch: the call context handlers receive, and the access rules.
 
-Imports memd.checkpoint, memd.snapshots, memd.workspace and memd.errors.
+Imports memd.checkpoint, memd.snapshots, memd.workspace, memd.declare, memd.params and memd.errors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from memd.checkpoint import Checkpointer
+from memd.declare import Access as Access  # re-exported: the access kinds are declared with the methods
 from memd.errors import AccessDenied, InvalidParams, UnknownWorkspace
+from memd.params import Params
 from memd.snapshots import Snapshotter
 from memd.workspace import Workspace
-
-Access = Literal["public", "admin", "read", "write"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +47,16 @@ class Services(Protocol):
 class Call:
     services: Services
     peer: Peer
+    workspace: Workspace | None = None  # resolved and access-checked by dispatch, from the method's declaration
+
+    @property
+    def ws(self) -> Workspace:
+        """The workspace of a method declared with one (dispatch checked the peer may use it)."""
+        assert self.workspace is not None, "a handler of a method declared without a workspace asked for one"
+        return self.workspace
 
 
-Handler = Callable[[Call, Mapping[str, Any]], Awaitable[Any]]
+Handler = Callable[[Call, Params], Awaitable[Any]]
 
 
 def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspace:
@@ -64,7 +71,8 @@ def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspa
         raise UnknownWorkspace(f"workspace {name!r} is not served by this memd: {why}", data={"workspace": name})
     if ws is None:
         raise UnknownWorkspace(
-            f"no workspace named {name!r}; configured and discovered: {', '.join(sorted(call.services.workspaces()))}",
+            f"no workspace named {name!r}; configured and discovered: "
+            f"{', '.join(sorted(call.services.workspaces())) or 'none'}",
             data={"workspace": name},
         )
     if not may_access(call, ws, access):

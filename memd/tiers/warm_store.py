@@ -57,22 +57,25 @@ class WarmStore:
         except FileNotFoundError:
             pass
         changed = False
-        for day in list(self.days):
+        # A new dict swapped in whole: a scan may run in a worker thread (adoption) while the loop iterates `days`.
+        days = dict(self.days)
+        for day in list(days):
             if day not in seen and day != skip:
-                del self.days[day]
+                del days[day]
                 self.errors.pop(day, None)
                 changed = True
         for day, fp in seen.items():
             if day == skip:
                 continue
-            known = self.days.get(day)
+            known = days.get(day)
             if known is None:
-                self.days[day] = DayFile(fp)
+                days[day] = DayFile(fp)
                 changed = True
             elif known.fingerprint != fp:
                 self._adopt_change(day, known, fp)
                 changed = True
         if changed:
+            self.days = days
             self.version += 1
         return changed
 

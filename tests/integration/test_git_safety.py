@@ -166,6 +166,60 @@ def test_the_workspace_lock_and_memd_temp_files_are_never_committed(make_daemon:
     assert ".memd.lock" not in git(ws, "status", "--porcelain", "--ignored=no", "--untracked-files=all")
 
 
+def test_editor_temporaries_stay_out_and_tier_files_go_in_whatever_the_ignore_rules(
+    make_daemon: MakeDaemon, short_root: Path, temporary_home: Path
+) -> None:
+    ignore = temporary_home / ".config" / "git" / "ignore"
+    ignore.parent.mkdir(parents=True)
+    ignore.write_text("*.md\n*.json\n")
+    root = short_root / "edit"
+    ws = root / "ws" / "w"
+    seed_day(ws, EXPIRED_DAY, EXPIRED_TEXT.encode())
+    (ws / ".gitignore").write_text("*\n")
+    d = make_daemon("edit", config=base_config(root, workspaces={"w": ws}, snapshot=SLOW))
+    temps = ["hot/.context.json.swp", "hot/4913", "cold/MEMORY.md~", "cold/#MEMORY.md#", "warm/notes.tmp"]
+    for name in temps:
+        (ws / name).write_text("editor scratch\n")
+    os.symlink("person@host.4242:1700000000", ws / "cold" / ".#MEMORY.md")
+
+    d.call("hot.note", workspace="w", text="a note")
+    d.call("cold.learn", workspace="w", category="Notes", learning="a learning")
+    result = d.call("retention.sweep", workspace="w", dry_run=False)["results"][0]
+
+    assert result["removed"] == [EXPIRED_DAY], result
+    assert held_in_history(ws, f"warm/{EXPIRED_DAY}", EXPIRED_TEXT.encode())
+    assert d.call("snapshot.run", workspace="w")["rev"]
+    tracked = git(ws, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert {"hot/context.json", "cold/MEMORY.md"} <= set(tracked), tracked
+    assert not [p for p in tracked if p in temps or p.endswith(".#MEMORY.md")], tracked
+    assert f"warm/{EXPIRED_DAY}" not in tracked  # the day's deletion is committed, ignored or not
+
+
+def test_an_editor_file_that_vanishes_while_git_stages_does_not_skip_the_snapshot(
+    make_daemon: MakeDaemon, short_root: Path
+) -> None:
+    root = short_root / "vanish"
+    ws = root / "ws" / "w"
+    d = make_daemon("vanish", config=base_config(root, workspaces={"w": ws}, snapshot=SLOW))
+    d.call("hot.note", workspace="w", text="first")
+    assert d.call("snapshot.run", workspace="w")["rev"]
+    # Deterministically, git's own clean filter for the (tracked, modified) context deletes the person's save
+    # temporary after git listed hot/ and before it looks at that file, as an editor saving at that moment does.
+    victim = ws / "hot" / ".context.json.person-3"
+    git(ws, "config", "filter.vanish.clean", f"rm -f '{victim}'; cat")
+    with (ws / ".git" / "info" / "attributes").open("a") as f:
+        f.write("hot/context.json filter=vanish\n")
+    d.call("hot.note", workspace="w", text="second")
+    victim.write_text("a person's half-saved context\n")
+
+    result = d.call("snapshot.run", workspace="w")
+
+    assert result["rev"], snap_status(d, "w")
+    assert snap_status(d, "w")["state"] == "ok"
+    assert "second" in git(ws, "show", "HEAD:hot/context.json")
+    assert "unable to stat" not in d.log()
+
+
 # --- a deleted .git -----------------------------------------------------------------------------------------------
 
 

@@ -95,11 +95,17 @@ def test_an_explicit_setting_wins_over_the_environment_default() -> None:
     assert config.server.socket == Path("/run/m.sock")
 
 
-def test_a_config_file_without_workspaces_has_none() -> None:
-    config = parse_config({"warm": {"retention_days": 3}}, ENV)
+def test_a_config_file_without_workspaces_or_discovery_roots_serves_the_default_workspace() -> None:
+    config = parse_config({"warm": {"retention_days": 3}}, {**ENV, "XDG_DATA_HOME": "/data/ada"})
 
-    assert dict(config.workspaces) == {}
-    assert config.warm.retention_days == 3
+    assert list(config.workspaces) == ["default"]
+    assert config.workspaces["default"].path == Path("/data/ada/memd/workspaces/default")
+    assert config.workspaces["default"].warm.retention_days == config.warm.retention_days == 3
+
+
+def test_a_config_file_with_discovery_roots_and_no_workspaces_serves_only_what_is_discovered() -> None:
+    assert dict(parse_config({"discovery": {"roots": ["/agents"]}}, ENV).workspaces) == {}
+    assert list(parse_config({"workspaces": {"a": {"path": "/w/a"}}}, ENV).workspaces) == ["a"]
 
 
 # --- loading a file ------------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import person_env
@@ -272,6 +274,170 @@ def test_memds_own_files_are_never_staged_whatever_the_workspace_says(repo: GitR
     assert ".memd.lock" not in staged and not [p for p in staged if ".memd-tmp-" in p], staged
 
 
+# --- editor temporaries and files that vanish while git stages ---------------------------------------------------
+
+
+def vanish_during_add(repo: GitRepo, victim: str) -> None:
+    """Make git delete `victim` half-way through its own `add`, deterministically: a clean filter on
+    hot/context.json removes it after git has listed the directory and before it looks at the file (a tracked,
+    modified file is hashed before the untracked files are added), as an editor does when it saves."""
+    target = repo.work_tree / victim
+    person_git(
+        repo.work_tree, "--git-dir", str(repo.git_dir), "config", "filter.vanish.clean", f"rm -f '{target}'; cat"
+    )
+    with (repo.git_dir / "info" / "attributes").open("a") as f:
+        f.write("hot/context.json filter=vanish\n")
+
+
+def test_an_editor_file_that_vanishes_while_git_stages_does_not_fail_the_snapshot(repo: GitRepo) -> None:
+    hot = repo.work_tree / "hot" / "context.json"
+    write(hot, "{}\n")
+    snapshot(repo)
+    vanish_during_add(repo, "hot/.context.json.person-3")
+    write(hot, '{"task": "saved"}\n')
+    write(repo.work_tree / "hot" / ".context.json.person-3", "a person's half-saved context\n")
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+
+    paths = repo.stage()
+
+    assert sorted(paths) == ["cold/MEMORY.md", "hot/context.json"]
+    repo.commit(paths, "c", "", {})
+    assert repo.show("HEAD", "hot/context.json") == b'{"task": "saved"}\n'
+    assert not (repo.work_tree / "hot" / ".context.json.person-3").exists()
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        b'error: open("hot/.context.json.swp"): No such file or directory\n'
+        b"error: unable to index file 'hot/.context.json.swp'\n",
+        b"fatal: unable to stat 'hot/.context.json.swp': No such file or directory\n",
+    ],
+    ids=["gone-before-open", "gone-before-lstat"],
+)
+def test_whatever_way_git_reports_a_vanished_file_the_snapshot_goes_on(
+    repo: GitRepo, monkeypatch: pytest.MonkeyPatch, stderr: bytes
+) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "hot" / "notes.txt", "a person's notes\n")
+    temp = repo.work_tree / "hot" / ".context.json.swp"
+    write(temp, "swap")
+    real_run, adds = subprocess.run, []
+
+    def run(cmd: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        if "add" in cmd:
+            adds.append(cmd)
+            if len(adds) == 1:  # git's first add: the editor's file goes while git looks at it
+                temp.unlink()
+                return subprocess.CompletedProcess(cmd, 1 if stderr.startswith(b"error") else 128, b"", stderr)
+        return real_run(cmd, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(subprocess, "run", run)
+        paths = repo.stage()
+
+    assert sorted(paths) == ["hot/context.json", "hot/notes.txt"]
+
+
+def test_any_other_git_add_error_still_fails_the_snapshot(repo: GitRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "hot" / "notes.txt", "a person's notes\n")
+    real_run = subprocess.run
+    stderr = b"error: open(\"hot/notes.txt\"): Permission denied\nerror: unable to index file 'hot/notes.txt'\n"
+
+    def run(cmd: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        if "add" in cmd:
+            return subprocess.CompletedProcess(cmd, 1, b"", stderr)
+        return real_run(cmd, **kwargs)
+
+    with monkeypatch.context() as m, pytest.raises(GitError, match="Permission denied"):
+        m.setattr(subprocess, "run", run)
+        repo.stage()
+
+
+def test_a_failing_filter_on_a_file_that_is_still_there_fails_the_snapshot(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "hot" / "notes.txt", "a person's notes\n")
+    person_git(repo.work_tree, "--git-dir", str(repo.git_dir), "config", "filter.broken.clean", "false")
+    person_git(repo.work_tree, "--git-dir", str(repo.git_dir), "config", "filter.broken.required", "true")
+    with (repo.git_dir / "info" / "attributes").open("a") as f:
+        f.write("hot/notes.txt filter=broken\n")
+
+    with pytest.raises(GitError):
+        repo.stage()
+
+
+EDITOR_TEMPS = (
+    "hot/.context.json.swp",
+    "hot/.context.json.swo",
+    "hot/4913",
+    "cold/MEMORY.md~",
+    "cold/#MEMORY.md#",
+    "warm/2026-01-01.md.tmp",
+    "warm/.2026-01-01.md.swp",
+)
+
+
+def test_editor_temporaries_are_not_committed_by_default(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+    write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
+    write(repo.work_tree / "hot" / "notes.txt", "a person's notes\n")  # anything else is committed as before
+    for name in EDITOR_TEMPS:
+        write(repo.work_tree / name, "editor scratch\n")
+    os.symlink("person@host.4242:1700000000", repo.work_tree / "cold" / ".#MEMORY.md")  # emacs' lock: dangling
+
+    snapshot(repo)
+
+    files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert sorted(files) == ["cold/MEMORY.md", "hot/context.json", "hot/notes.txt", "warm/2026-01-01.md"]
+
+
+def test_people_can_ignore_their_own_editor_files_and_tier_files_still_go_in(
+    repo: GitRepo, temporary_home: Path
+) -> None:
+    write(temporary_home / ".config" / "git" / "ignore", "*.md\n*.gz\n*.json\n")
+    write(repo.work_tree / ".gitignore", "*\n")
+    tiers = {
+        "hot/context.json": "{}\n",
+        "cold/MEMORY.md": "# Agent Memory\n",
+        "cold/PROPOSED.md": "# Proposed\n",
+        "warm/2026-01-01.md": "day\n",
+        "warm/archive/2025-12.md.gz": "not really gzip\n",
+        "warm/archive/2025-11.1.md.gz": "not really gzip either\n",
+    }
+    for name, text in tiers.items():
+        write(repo.work_tree / name, text)
+    write(repo.work_tree / "hot" / ".context.json.person-3", "a person's save temp\n")
+    write(repo.work_tree / "warm" / "notes.txt", "ignored by the workspace's *\n")
+
+    snapshot(repo)
+
+    assert sorted(person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()) == sorted(tiers)
+    # Deletions of tracked tier files are still recorded, ignored or not.
+    (repo.work_tree / "warm" / "2026-01-01.md").unlink()
+    (repo.work_tree / "cold" / "PROPOSED.md").unlink()
+    assert sorted(repo.stage()) == ["cold/PROPOSED.md", "warm/2026-01-01.md"]
+
+
+def test_tier_files_are_never_followed_through_a_symlink(repo: GitRepo, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    write(outside / "2026-01-02.md", "someone else's file\n")
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    os.symlink(outside / "2026-01-02.md", repo.work_tree / "cold" / "MEMORY.md")
+    shutil.rmtree(repo.work_tree / "warm")
+    os.symlink(outside, repo.work_tree / "warm")
+
+    snapshot(repo)
+
+    tree = person_git(repo.work_tree, "ls-tree", "-r", "HEAD")
+    assert "someone else's file" not in person_git(repo.work_tree, "grep", "-I", "--cached", "-e", ".", "--", ".")
+    assert "warm/2026-01-02.md" not in tree  # git never commits through a symlinked directory
+    for line in tree.splitlines():
+        if line.endswith(("cold/MEMORY.md", "\twarm")):
+            assert line.startswith("120000"), tree  # committed as what it is: a symlink
+
+
 def test_git_stores_each_file_exactly_whatever_the_users_line_ending_settings(
     repo: GitRepo, temporary_home: Path
 ) -> None:
@@ -309,6 +475,8 @@ def test_a_repository_made_by_an_older_memd_gets_memds_rules_added_not_replaced(
 
     lines = exclude.read_text().splitlines()
     assert "scratch/" in lines and "/.memd.lock" in lines
+    assert {"*~", ".*.sw[a-p]", "*.tmp"} <= set(lines)  # editor temporaries, added by a newer memd
+    assert lines.count("*.memd-tmp-*") == 1
     assert "-text" in (repo.git_dir / "info" / "attributes").read_text()
 
 

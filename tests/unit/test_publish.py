@@ -81,6 +81,22 @@ def test_an_in_place_append_of_the_same_size_class_is_seen_by_content_not_by_met
     assert target.read_bytes() == b"# Agent Memorx\n"
 
 
+def test_a_writer_that_opened_the_file_before_the_publish_keeps_its_late_write(tmp_path: Path) -> None:
+    target = tmp_path / "MEMORY.md"
+    target.write_bytes(b"planned-from")
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND)  # `echo ... >> MEMORY.md` has opened the file, not yet written
+    try:
+        with pytest.raises(fsio.OutsideChange) as caught:
+            fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")])
+        os.write(fd, b" + written late")
+    finally:
+        os.close(fd)
+
+    assert caught.value.busy
+    assert target.read_bytes() == b"planned-from + written late"  # the write landed in the file, not in a temp
+    assert temps(tmp_path) == []
+
+
 def test_a_file_created_by_someone_else_after_planning_is_not_replaced(tmp_path: Path, publish_mode: str) -> None:
     target = tmp_path / "context.json"
     target.write_bytes(b"created meanwhile")
