@@ -1,23 +1,33 @@
 """Specification of credential scrubbing (memd.redact): every secret in the corpus is replaced by its typed
-placeholder with the text around it intact; ordinary developer text is never touched; huge hostile input is
-scanned in linear time."""
+placeholder with the text around it intact; identifiers, hashes and ordinary developer text are never touched;
+the LLM's reply is scrubbed before it is stored; huge hostile input is scanned in linear time."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
+from fakellm import FakeLLM, Reply
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from secrets_corpus import (
+    AWS_SECRET,
     CLEAN_CORPUS,
+    GITHUB_PAT_CLASSIC,
     KINDS,
+    LOOKALIKES,
     OPENAI_PROJECT,
     RSA_KEY,
     SECRET_CORPUS,
+    STRIPE_SECRET,
 )
 
+from memd import redact as redact_module
+from memd.llm import OpenAISummarizer
 from memd.redact import Redaction, redact
+from memd.summarizer import Entry, SummaryRequest
 
 
 def placeholder(kind: str) -> str:
@@ -32,21 +42,54 @@ def corpus_id(case: tuple[str, str, str]) -> str:
 # --- the secret corpus ---------------------------------------------------------------------------------------
 
 
-def test_the_corpus_covers_every_kind_of_secret() -> None:
-    assert set(KINDS) == {
+def test_the_corpus_has_a_true_positive_for_every_kind_the_redactor_knows() -> None:
+    assert set(KINDS) == set(redact_module.KINDS)
+
+
+def test_the_corpus_covers_every_format_the_review_found_reaching_the_endpoint() -> None:
+    reviewed = {
+        "stripe_key",
+        "gitlab_token",
+        "huggingface_token",
+        "npm_token",
+        "sendgrid_key",
+        "google_oauth",
+        "telegram_token",
+        "azure_key",
+        "basic_auth",  # curl -u user:pass
+        "aws_secret_key",  # written in prose too
+        "secret_phrase",  # "the password is ..."
+    }
+    common = {
         "openai_key",
         "anthropic_key",
         "aws_access_key",
-        "aws_secret_key",
         "github_token",
         "slack_token",
-        "google_api_key",
         "jwt",
-        "bearer_token",
         "private_key",
-        "password_assignment",
+        "bearer_token",
         "connection_string",
+        "password_assignment",
+        "twilio_key",
+        "mailgun_key",
+        "discord_token",
+        "shopify_token",
+        "digitalocean_token",
+        "databricks_token",
+        "pypi_token",
+        "docker_token",
+        "heroku_key",
     }
+    assert reviewed | common <= set(KINDS)
+    texts = {kind: [text for k, _, text in SECRET_CORPUS if k == kind] for kind in KINDS}
+    assert any(" is " in t for t in texts["aws_secret_key"])
+    assert any("curl -u" in t for t in texts["basic_auth"])
+    assert any("password is" in t for t in texts["secret_phrase"])
+    assert any("AccountKey=" in t for t in texts["azure_key"])
+    assert any('"private_key"' in t for t in texts["private_key"])  # a GCP service-account JSON
+    for prefix in ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_"):
+        assert any(prefix in t for t in texts["github_token"]), prefix
 
 
 @pytest.mark.parametrize("case", SECRET_CORPUS, ids=corpus_id)
@@ -201,6 +244,82 @@ def test_empty_text_is_returned_as_is() -> None:
     assert redact("") == Redaction("", {})
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("curl -u admin:s3cret-Pw https://ci/", "curl -u admin:[REDACTED:basic_auth] https://ci/"),
+        ("curl --user=admin:s3cret-Pw https://ci/", "curl --user=admin:[REDACTED:basic_auth] https://ci/"),
+        ("curl --proxy-user me:s3cret-Pw https://ci/", "curl --proxy-user me:[REDACTED:basic_auth] https://ci/"),
+        ("wget -u x; curl -U px:s3cret-Pw http://a/", "wget -u x; curl -U px:[REDACTED:basic_auth] http://a/"),
+    ],
+)
+def test_a_password_handed_to_an_http_client_loses_the_password_and_keeps_the_user(text: str, expected: str) -> None:
+    assert redact(text) == Redaction(expected, {"basic_auth": 1})
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("the password is hunter2", "hunter2"),
+        ("The DB password for the reporting replica is Tr0ub4dor&3.", "Tr0ub4dor&3"),
+        ("the root password is now s3cr3t-ish (temporary)", "s3cr3t-ish"),
+        ("The password was changed to 'plain words only'", "plain words only"),
+        ("the api key is 9f8e7d6c5b4a39281706f5e4d3c2b1a0", "9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
+        ("our secret key = Zm9vYmFyYmF6cXV4MTIzNDU2", "Zm9vYmFyYmF6cXV4MTIzNDU2"),
+        ("used access token Q2xpZW50SWQ6MTIzNDU2Nzg5MA for the export", "Q2xpZW50SWQ6MTIzNDU2Nzg5MA"),
+    ],
+)
+def test_a_secret_given_in_a_sentence_is_redacted(text: str, secret: str) -> None:
+    result = redact(text)
+    assert result.text == text.replace(secret, "[REDACTED:secret_phrase]")
+    assert result.counts == {"secret_phrase": 1}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the password is required",
+        "the password is too short (8 < 12)",
+        "the token is valid for 3600s",
+        "the token is 3600s old",
+        "the API key is `OPENAI_API_KEY` in the environment",
+        "the secret is v1.4.0-rc.2",
+        "the password is in ~/.pgpass",
+        "the token is n-20261130094232-1ca0a3",
+        "the access token is https://auth.acme.dev/token",
+        "the password is <redacted>",
+        "api key rotation happens weekly",
+    ],
+)
+def test_a_sentence_about_a_secret_that_gives_none_is_kept(text: str) -> None:
+    assert redact(text) == Redaction(text, {})
+
+
+def test_a_jwt_cut_before_its_signature_is_still_redacted() -> None:
+    header_and_claims = ".".join(JWT.split(".")[:2])
+    assert redact(f"token {header_and_claims} (truncated)").text == "token [REDACTED:jwt] (truncated)"
+
+
+def test_a_telegram_bot_keeps_its_public_id() -> None:
+    token = "AAH" + "dqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+    assert redact(f"bot 110201543:{token}").text == "bot 110201543:[REDACTED:telegram_token]"
+
+
+def test_offsets_stay_right_when_lower_casing_would_change_the_length() -> None:
+    # "İ".lower() is two characters: the case-folded copy must keep every offset of the original.
+    text = f"İstanbul İİİ office: password=hunter2 and {GITHUB_PAT_CLASSIC} (İ)"
+    result = redact(text)
+    assert result.text == (
+        "İstanbul İİİ office: password=[REDACTED:password_assignment] and [REDACTED:github_token] (İ)"
+    )
+    assert result.counts == {"password_assignment": 1, "github_token": 1}
+
+
+def test_a_vendor_key_in_an_assignment_is_named_by_its_vendor() -> None:
+    text = f"STRIPE_KEY={STRIPE_SECRET}\nAWS_SECRET_ACCESS_KEY={AWS_SECRET}"
+    assert redact(text).counts == {"stripe_key": 1, "aws_secret_key": 1}
+
+
 # --- ordinary text -------------------------------------------------------------------------------------------
 
 
@@ -209,11 +328,16 @@ def test_ordinary_developer_text_comes_back_unchanged(text: str) -> None:
     assert redact(text) == Redaction(text, {})
 
 
+@pytest.mark.parametrize(("category", "text"), LOOKALIKES, ids=lambda v: repr(v[:40]))
+def test_identifiers_hashes_and_near_misses_come_back_unchanged(category: str, text: str) -> None:
+    assert redact(text) == Redaction(text, {})
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     case=st.sampled_from(SECRET_CORPUS),
-    before=st.lists(st.sampled_from(CLEAN_CORPUS), max_size=4),
-    after=st.lists(st.sampled_from(CLEAN_CORPUS), max_size=4),
+    before=st.lists(st.sampled_from(CLEAN_CORPUS + [text for _, text in LOOKALIKES]), max_size=4),
+    after=st.lists(st.sampled_from(CLEAN_CORPUS + [text for _, text in LOOKALIKES]), max_size=4),
 )
 def test_a_secret_anywhere_among_ordinary_notes_never_survives(
     case: tuple[str, str, str], before: list[str], after: list[str]
@@ -224,6 +348,43 @@ def test_a_secret_anywhere_among_ordinary_notes_never_survives(
     assert secret not in result.text
     assert result.counts == {kind: 1}
     assert result.text == note.replace(secret, placeholder(kind))
+
+
+# --- the LLM's reply -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+def summarize(llm: FakeLLM, note: str, *, redact_secrets: bool = True) -> tuple[str, dict[str, int]]:
+    summarizer = OpenAISummarizer(llm.url, "fake", "test-key", 5.0, 0, redact_secrets)
+    request = SummaryRequest(entries=[Entry("n-1", "note", note)], max_tokens=200, task=f"ship it; {STRIPE_SECRET}")
+    result = asyncio.run(summarizer.summarize(request))
+    return result.text, result.redactions
+
+
+def test_a_secret_the_llm_echoes_is_redacted_before_it_is_stored_and_counted(llm: FakeLLM) -> None:
+    # The model never saw these (the prompt was scrubbed), but a model can make one up or recall one.
+    llm.script(Reply(f"# Context Summary\n- pushed with {GITHUB_PAT_CLASSIC}\n- DB password is hunter2-prod"))
+    text, counts = summarize(llm, f"set OPENAI_API_KEY={OPENAI_PROJECT} before the run")
+    assert GITHUB_PAT_CLASSIC not in text and "hunter2-prod" not in text
+    assert "- pushed with [REDACTED:github_token]" in text
+    assert "- DB password is [REDACTED:secret_phrase]" in text
+    # Sent: the note's key and the task's key; stored: the two from the reply.
+    assert counts == {"openai_key": 1, "stripe_key": 1, "github_token": 1, "secret_phrase": 1}
+    sent = str(llm.requests)
+    assert OPENAI_PROJECT not in sent and STRIPE_SECRET not in sent
+
+
+def test_with_redaction_off_neither_the_prompt_nor_the_reply_is_touched(llm: FakeLLM) -> None:
+    llm.script(Reply(f"# Context Summary\n- pushed with {GITHUB_PAT_CLASSIC}"))
+    text, counts = summarize(llm, f"OPENAI_API_KEY={OPENAI_PROJECT}", redact_secrets=False)
+    assert GITHUB_PAT_CLASSIC in text
+    assert counts == {}
+    assert OPENAI_PROJECT in str(llm.requests)
 
 
 # --- hostile input -------------------------------------------------------------------------------------------
@@ -256,6 +417,33 @@ NEAR_MISSES = [
     "token",
     "AAAAAAAAAAAAAAAA",
     " ",
+    "sk_live_",
+    "glpat-",
+    "gl",
+    "hf_",
+    "npm_",
+    "SG.",
+    "GOCSPX-",
+    "ya29.",
+    "1//0",
+    "12345:A",
+    "AccountKey=",
+    "?sig=",
+    "//registry.npmjs.org/:_authToken=",
+    "AC0123456789abcdef0123456789abcdef:",
+    "0123456789abcdef0123456789abcdef-us",
+    "mailgun ",
+    "abcdefghijklmn.atlasv1.",
+    "curl -u a:",
+    '"auth": "',
+    "login a password ",
+    "the password for a b c is ",
+    "api key ",
+    "MTI",
+    "aws ",
+    "Private-Lines: 1\n",
+    "AGE-SECRET-KEY-1",
+    "discord.com/api/webhooks/1234567/",
 ]
 
 
@@ -271,6 +459,13 @@ def _megabyte(unit: str) -> str:
         pytest.param(_megabyte("-----BEGIN PRIVATE KEY-----\nAAAA-"), id="pem-without-end"),
         pytest.param(_megabyte('password="\\'), id="unclosed-quoted-values"),
         pytest.param("sk-" + _megabyte("Ab1_"), id="one-endless-key"),
+        pytest.param(_megabyte("aws " + "Ab1/" * 9), id="aws-near-39-char-runs"),
+        pytest.param(_megabyte("the password for a b c d "), id="prose-without-a-verb"),
+        pytest.param(_megabyte("curl -u a:b -u "), id="curl-flags"),
+        pytest.param(_megabyte("Private-Lines: 9\nAAAA\n"), id="ppk-lines"),
+        pytest.param(_megabyte("mailgun " + "0" * 40), id="mailgun-window"),
+        pytest.param(_megabyte("password=${"), id="turned-down-values-that-run-to-the-end"),
+        pytest.param(_megabyte("the token is ${"), id="turned-down-prose-that-runs-to-the-end"),
     ],
 )
 def test_a_megabyte_of_hostile_input_is_scanned_without_catastrophic_backtracking(text: str) -> None:
