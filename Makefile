@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck imports units pytest bench torture torture-ci clean
+.PHONY: run test lint typecheck imports units pytest bench torture torture-ci eval mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,17 @@ torture: $(STAMP)
 
 torture-ci: $(STAMP)
 	$(BIN)/python torture/run.py --ci
+
+# Mutation testing (mutmut) of the modules where a silent bug loses data or lets someone in, in a scratch copy
+# (MUTATE_DIR, default /tmp/memd-mutate); slow, not part of `make test` or CI. docs/testing.md has the report.
+# MUTATE_MODULES="memd.fsio memd.protocol" for some modules only.
+mutate: $(STAMP)
+	$(BIN)/python tests/mutation.py $(MUTATE_MODULES)
+
+# Fact recall across checkpoints (eval/README.md); writes docs/memory-quality.md. Not part of `make test`.
+# EVAL_ARGS="--quick" for a short run, "--rev HEAD" to measure the committed memd/.
+eval: $(STAMP)
+	$(BIN)/python eval/run.py $(EVAL_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from memd import __version__
+from memd.cli_call import CallUsageError, add_parsers, call_params
 from memd.cli_format import human
 from memd.client import Client, DaemonNotRunning, find_socket
 from memd.config import Config, config_to_toml, load_config
-from memd.errors import ConfigError, MemdError
+from memd.errors import UNKNOWN_WORKSPACE, ConfigError, MemdError
 from memd.locate import config_file
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CONFIG = 0, 1, 2, 3, 4
@@ -113,6 +114,24 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "context":
             p.add_argument("--all", action="store_true", help="everything, not trimmed to the tiers' token budgets")
 
+    p = add(
+        "search",
+        help="search every tier (and archived days) of one workspace or of every one you may read",
+        epilog='Query: words (all must match; "fixed" also finds "fix"), "a phrase", prefix*, a OR b, -excluded. '
+        "With two or more words, the first names a workspace when memd serves one by that name; quote the whole "
+        "query to search for it instead.",
+    )
+    p.add_argument("words", nargs="+", metavar="[WS] QUERY", help="a workspace (optional), then the query")
+    p.add_argument("--tier", action="append", default=[], dest="tiers", choices=("hot", "warm", "cold"),
+                   help="only this tier (repeat)")  # fmt: skip
+    p.add_argument("--since", help="only items dated on or after this day, YYYY-MM-DD")
+    p.add_argument("--until", help="only items dated on or before this day, YYYY-MM-DD")
+    p.add_argument("--limit", type=int, help="most hits shown (default 20)")
+    p.add_argument("--offset", type=int, help="hits skipped (the next page)")
+
+    p = add("reindex", help="build the search index again from the files (every workspace: root and memd's uid)")
+    p.add_argument("workspace", nargs="?", help="workspace name (default: every workspace)")
+
     p = add("hot", help="print the hot tier")
     add_workspace(p)
     p = add("recent", help="recent warm activity")
@@ -126,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sweep", help="run warm retention now (or list what it would remove)")
     p.add_argument("workspace", nargs="?", help="workspace name (default: every workspace)")
     p.add_argument("--dry-run", action="store_true", help="only list what a real sweep would remove")
+    p.add_argument("--confirm", action="store_true",
+                   help="sweep a workspace adopted with day files (its sweeps only report until one is confirmed)")  # fmt: skip
 
     p = add("snapshot", help="commit the workspace's state to its git history now")
     add_workspace(p)
@@ -168,6 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("checkpoints", help="list a workspace's checkpoints")
     add_workspace(p)
 
+    add_parsers(sub, common)
+
+    p = add("mcp", help="serve memd's tools to an agent host over MCP (stdio); docs/agents.md")
+    p.add_argument("--workspace", help="the workspace (default: $MEMD_WORKSPACE, else the one bound to the project)")
+
+    p = add("hook", help="an agent host's lifecycle hook: reads its JSON on stdin, never fails the host")
+    p.add_argument("event", help="session-start, pre-compact, stop, session-end, prompt-submit (or the host's name)")
+    p.add_argument("--host", required=True, choices=["claude", "codex", "gemini"], help="the agent host")
+    p.add_argument("--workspace", help="the workspace (default: $MEMD_WORKSPACE, else the one bound to the cwd)")
+    p.add_argument("--timeout", type=float, default=2.0, help="give up after this many seconds (default 2)")
+    p.add_argument("--max-chars", type=int, help="most characters of context to inject (default: the host's limit)")
+
     p = add("config", help="check or show the configuration")
     config_sub = p.add_subparsers(dest="config_command", required=True, metavar="check | show")
     c = config_sub.add_parser(
@@ -181,10 +214,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        if exc.code not in (0, None) and _command_of(argv) == "hook":
+            print("memd hook: bad command line (see `memd hook --help`); nothing done", file=sys.stderr)
+            return EXIT_OK  # a hook never fails its host (exit 2 would block its action)
+        raise
     env = dict(os.environ)
     config_path = config_file(env, args.config)
+    if args.command == "hook":
+        from memd.frontends import hook  # nothing of the daemon, and no MCP SDK: a hook starts fast
+
+        workspace = args.workspace or env.get("MEMD_WORKSPACE") or None
+        socket = lambda: find_socket(env, args.socket, config_path)  # noqa: E731 - its errors fail open in there
+        return hook.run(
+            args.event, args.host, socket, workspace, sys.stdin, sys.stdout, sys.stderr, args.timeout, args.max_chars
+        )
     try:
+        if args.command == "mcp":
+            from memd.frontends.mcp_server import serve  # the MCP SDK is loaded only here
+
+            return serve(find_socket(env, args.socket, config_path), args.workspace, env)
         if args.command == "config":
             return _config_command(args, config_path, env)
         if args.command == "run":
@@ -204,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         with Client(socket_path) as client:
             return _client_command(args, client, config)
-    except UsageError as exc:
+    except (UsageError, CallUsageError) as exc:
         print(f"memd: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:
@@ -237,9 +289,26 @@ def _config_command(args: argparse.Namespace, config_path: Path | None, env: dic
     return EXIT_OK
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command word of a command line (the first argument that is neither an option nor an option's value)."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--config", "--socket"):
+            skip = True
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def _client_command(args: argparse.Namespace, client: Client, config: Config) -> int:
     cmd = args.command
     ws = getattr(args, "workspace", None)
+    if cmd == "call":
+        method, params = call_params(args)
+        print(json.dumps(client.call(method, **params), indent=2, ensure_ascii=False))
+        return EXIT_OK
     if cmd == "ping":
         result = client.call("ping")
     elif cmd == "status":
@@ -283,6 +352,10 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
         result = client.call("context.get", **_drop_none(workspace=ws, topic=args.topic, all=args.all or None))
     elif cmd == "memory":
         result = client.call("cold.get", **_drop_none(workspace=ws, topic=args.topic))
+    elif cmd == "search":
+        result = _search(client, args)
+    elif cmd == "reindex":
+        result = client.call("memory.reindex", **_drop_none(workspace=ws))
     elif cmd == "hot":
         result = client.call("hot.get", workspace=ws)
     elif cmd == "recent":
@@ -290,7 +363,9 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
     elif cmd == "day":
         result = client.call("warm.day", workspace=ws, date=args.date)
     elif cmd == "sweep":
-        result = client.call("retention.sweep", **_drop_none(workspace=ws, dry_run=args.dry_run))
+        result = client.call(
+            "retention.sweep", **_drop_none(workspace=ws, dry_run=args.dry_run, confirm=args.confirm or None)
+        )
     elif cmd == "snapshot":
         result = client.call("snapshot.run", **_drop_none(workspace=ws, reason=args.reason))
     elif cmd == "history":
@@ -337,6 +412,20 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
     if cmd == "push" and result.get("result") not in ("ok", "nothing to push"):
         return EXIT_ERROR
     return EXIT_OK
+
+
+def _search(client: Client, args: argparse.Namespace) -> Any:
+    """`memd search [WS] QUERY`: with two or more words, the first is a workspace if memd serves one by that name
+    (it says so: UnknownWorkspace), else every word is the query."""
+    options = _drop_none(tiers=args.tiers, since=args.since, until=args.until, limit=args.limit, offset=args.offset)
+    words: list[str] = args.words
+    if len(words) > 1:
+        try:
+            return client.call("memory.search", workspace=words[0], query=" ".join(words[1:]), **options)
+        except MemdError as exc:
+            if exc.code != UNKNOWN_WORKSPACE:
+                raise
+    return client.call("memory.search", query=" ".join(words), **options)
 
 
 def _drop_none(**kwargs: Any) -> dict[str, Any]:

@@ -12,6 +12,23 @@ def _bar(usage: dict[str, Any], width: int = 20) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {usage['tokens']:>7,}/{usage['budget']:<7,} {percent:5.1f}%"
 
 
+def _search(result: dict[str, Any]) -> str:
+    """One hit per two lines: where it is (workspace, file:lines, date, heading), then its snippet («marked»)."""
+    lines = []
+    for hit in result["hits"]:
+        first, last = hit["lines"]
+        where = f"{hit['file']}:{first}" + (f"-{last}" if last != first else "")
+        when = " ".join(str(p) for p in (hit.get("date"), hit.get("time")) if p)
+        heading = hit["heading"] or hit["kind"]
+        lines.append(f"{hit['workspace']}  {where}  {when}  {heading}".rstrip())
+        lines.append(f"    {hit['snippet']}")
+    if not lines:
+        return f"no hits for {result['query']!r} in {', '.join(result['workspaces']) or 'no readable workspace'}"
+    if result.get("more"):
+        lines.append("(more hits: --offset to page on)")
+    return "\n".join(lines)
+
+
 def human(cmd: str, result: Any) -> str:
     """The readable form of a command's result (`--json` prints the result itself)."""
     if cmd == "status":
@@ -29,6 +46,11 @@ def human(cmd: str, result: Any) -> str:
             if ws.get("write_fault"):
                 lines.append(f"  ! last write error ({ws['last_write_error_at']}): {ws['last_write_error']}")
         return "\n".join(lines)
+    if cmd == "search":
+        return _search(result)
+    if cmd == "reindex":
+        counts = ", ".join(f"{name} {n:,}" for name, n in sorted(result["workspaces"].items())) or "no workspace"
+        return f"reindexed in {result['seconds']:.2f}s: {counts} entries"
     if cmd == "context":
         usage = "  ".join(f"{t} {u['tokens']}/{u['budget']}" for t, u in result["usage"].items())
         return f"{result['text']}\n-- tokens: {usage}"
@@ -85,7 +107,9 @@ def human(cmd: str, result: Any) -> str:
         return str(result["content"])
     if cmd == "sweep":
         return "\n".join(
-            f"{r['workspace']}: {'would remove' if r['dry_run'] else r['mode'] + 'd'} "
+            f"{r['workspace']}: held, would remove {', '.join(r['expired']) or 'nothing'}; {r['reason']}"
+            if r.get("held")
+            else f"{r['workspace']}: {'would remove' if r['dry_run'] else r['mode'] + 'd'} "
             f"{', '.join(r['expired'] if r['dry_run'] else r['removed']) or 'nothing'}"
             for r in result["results"]
         )

@@ -9,6 +9,7 @@ Imports memd.config_checks, memd.locate and memd.errors.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import types
 import typing
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import tomli_w
 
@@ -64,10 +66,13 @@ class BudgetConfig:
 class WarmConfig:
     retention_days: int = 7
     recent_days: int = 3
-    timezone: str = "UTC"
+    timezone: str = "UTC"  # parse_config's default is the machine's zone (local_timezone), as agents stamp local time
     sweep_cron: str = "30 3 * * *"
     mode: Literal["delete", "archive"] = "delete"
     archive_max_bytes: int = 64 * 1024 * 1024  # the most one archive file may decompress to (read or written)
+    # A workspace that had day files before memd first served it: its sweeps only report until one is confirmed
+    # ("report"), or run as any other's ("run").
+    adopted_sweep: Literal["report", "run"] = "report"
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,17 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class SearchConfig:
+    """Full-text search (memd.search): an index in the state dir, derived from the files, kept current off the
+    write path."""
+
+    enabled: bool = True
+    recency_half_life_days: float = 30.0  # a warm entry this old weighs halfway between 1 and recency_floor
+    recency_floor: float = 0.3  # the weight a warm entry keeps however old (hot and cold never decay)
+    index_delay_seconds: float = 0.5  # how long changes gather before the index takes them (queries never wait it)
+
+
+@dataclass(frozen=True)
 class WorkspaceConfig:
     """One workspace: its directory plus its effective budget and warm policy (global, then overrides)."""
 
@@ -147,6 +163,7 @@ class WorkspaceConfig:
     warm: WarmConfig = field(default_factory=WarmConfig)
     readers: tuple[int, ...] = ()
     writers: tuple[int, ...] = ()
+    project: Path | None = None  # the project directory whose agents use this workspace (memd.frontends.project)
 
 
 @dataclass(frozen=True)
@@ -162,6 +179,7 @@ class Config:
     watch: WatchConfig = field(default_factory=WatchConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     workspaces: Mapping[str, WorkspaceConfig] = field(default_factory=dict)
     source: Path | None = None  # the file this came from; None for the embedded default
 
@@ -181,8 +199,9 @@ _SECTIONS: dict[str, type] = {
     "watch": WatchConfig,
     "jobs": JobsConfig,
     "limits": LimitsConfig,
+    "search": SearchConfig,
 }
-_WORKSPACE_KEYS = {"path", "budget", "warm", "readers", "writers"}
+_WORKSPACE_KEYS = {"path", "project", "budget", "warm", "readers", "writers"}
 
 
 def load_config(path: Path | None, env: Mapping[str, str]) -> Config:
@@ -227,6 +246,8 @@ def config_to_toml(config: Config) -> str:
             }
             if overrides:
                 entry[sub] = overrides
+        if ws.project is not None:
+            entry["project"] = str(ws.project)
         if ws.readers:
             entry["readers"] = list(ws.readers)
         if ws.writers:
@@ -240,8 +261,55 @@ def config_to_toml(config: Config) -> str:
 
 def _environment_defaults(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """Defaults that depend on where memd runs (systemd's directories, XDG, or the home directory): memd.locate's,
-    so that the clients look for the socket where the daemon binds it."""
-    return {"daemon": {"state_dir": default_state_dir(env)}, "server": {"socket": default_socket(env)}}
+    so that the clients look for the socket where the daemon binds it; and the machine's time zone."""
+    return {
+        "daemon": {"state_dir": default_state_dir(env)},
+        "server": {"socket": default_socket(env)},
+        "warm": {"timezone": local_timezone(env)},
+    }
+
+
+_ZONEINFO_DIRS = ("/zoneinfo/posix/", "/zoneinfo/right/", "/zoneinfo/")
+
+
+def local_timezone(env: Mapping[str, str], localtime: Path = Path("/etc/localtime")) -> str:
+    """The machine's time zone as an IANA name (warm.timezone's default, so that memd stamps the local time agents
+    written after the article do): `$TZ` when it names a zone (`Europe/Paris`, `:Europe/Paris`, or a path into a
+    zoneinfo directory; set but empty means UTC, as for the C library), else the zone `/etc/localtime` links to,
+    else the name in `/etc/timezone` (Debian), else UTC. A POSIX rule string (`CET-1CEST`) is not a zone memd can
+    name, so it falls through to the next source."""
+    tz = env.get("TZ")
+    if tz is not None:
+        if not tz.strip(":"):
+            return "UTC"
+        named = _zone_name(tz.removeprefix(":"))
+        if named is not None:
+            return named
+    try:
+        named = _zone_name(os.readlink(localtime))
+    except OSError:  # not a symlink (a copied file), or missing
+        named = None
+    if named is None:
+        try:
+            named = _zone_name(localtime.with_name("timezone").read_text(encoding="utf-8").strip())
+        except (OSError, UnicodeDecodeError):
+            named = None
+    return named or "UTC"
+
+
+def _zone_name(text: str) -> str | None:
+    """`text` as an IANA zone name: itself, or what follows `zoneinfo/` in a path; None if no such zone."""
+    for marker in _ZONEINFO_DIRS:
+        if marker in text:
+            text = text.rsplit(marker, 1)[1]
+            break
+    if not text or text.startswith("/") or ".." in text.split("/"):
+        return None
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None
+    return text
 
 
 def _default_workspace_path(env: Mapping[str, str]) -> str:
@@ -283,8 +351,27 @@ def _parse_workspaces(
             warm=_build(WarmConfig, warm_raw, f"{where}.warm", env, errors),
             readers=_convert(tuple[int, ...], body.get("readers", []), f"{where}.readers", env, errors),
             writers=_convert(tuple[int, ...], body.get("writers", []), f"{where}.writers", env, errors),
+            project=_convert(Path, body["project"], f"{where}.project", env, errors) if "project" in body else None,
         )
+    _check_projects(result, errors)
     return result
+
+
+def _check_projects(workspaces: Mapping[str, WorkspaceConfig], errors: list[str]) -> None:
+    """A project directory names one workspace: agents started in it must find exactly one."""
+    owners: dict[str, str] = {}
+    for name, ws in workspaces.items():
+        if ws.project is None:
+            continue
+        if not ws.project.is_absolute():
+            errors.append(f"workspaces.{name}.project: expected an absolute directory (or ~/...), not {ws.project}")
+            continue
+        owner = owners.setdefault(os.path.normpath(ws.project), name)
+        if owner != name:
+            errors.append(
+                f"workspaces.{owner}.project and workspaces.{name}.project: both name {ws.project}; "
+                "a project directory belongs to one workspace"
+            )
 
 
 def _as_table(value: Any, where: str, errors: list[str]) -> dict[str, Any]:

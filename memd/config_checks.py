@@ -106,6 +106,12 @@ def _validate_jobs(config: Config, errors: list[str]) -> None:
         errors.append("watch.max_wait_seconds: must be at least watch.settle_seconds")
     for key in ("budget_scan_interval_seconds", "misfire_grace_seconds", "job_timeout_seconds"):
         _positive(errors, f"jobs.{key}", getattr(config.jobs, key))
+    search = config.search
+    _positive(errors, "search.recency_half_life_days", search.recency_half_life_days)
+    if not 0 <= search.recency_floor <= 1:
+        errors.append(f"search.recency_floor: must be between 0 and 1, got {search.recency_floor}")
+    if not 0 <= search.index_delay_seconds <= 60:
+        errors.append(f"search.index_delay_seconds: must be between 0 and 60, got {search.index_delay_seconds}")
     cp = config.checkpoint
     if cp.keep_decisions < 0:
         errors.append("checkpoint.keep_decisions: must be 0 or more")

@@ -1,7 +1,9 @@
-"""Validation of request parameters at the protocol edge: each getter returns a typed value or raises InvalidParams.
+"""Validation of request parameters at the protocol edge, against the method's declaration (memd.declare).
 
-Unknown parameters are errors too, so that a client's typo ("worksapce") is caught instead of ignored.
-Imports only memd.errors.
+`Params(raw, method)` refuses unknown parameters, so that a client's typo ("worksapce") is caught instead of
+ignored; each getter returns a typed value or raises InvalidParams, with the limits the declaration gives (the same
+limits the MCP schemas and the protocol doc show). A getter that does not fit the declaration is a bug in the
+handler and fails loudly (AssertionError), never silently. Imports memd.declare and memd.errors.
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memd.declare import MAX_LABEL, Kind, Method, Param
 from memd.errors import InvalidParams
 
-MAX_LABEL = 512  # actions, categories, keys: one line in a heading or list item
+MAX_ITEMS = 10_000  # a list parameter without a declared limit
 
 
 class Params:
-    def __init__(self, raw: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    def __init__(self, raw: Mapping[str, Any], method: Method) -> None:
+        allowed = method.allowed()
         unknown = sorted(set(raw) - allowed)
         if unknown:
             raise InvalidParams(
@@ -23,20 +27,29 @@ class Params:
                 data={"unknown": unknown},
             )
         self._raw = raw
+        self._method = method
 
-    def text(self, key: str, *, max_len: int | None = None, allow_empty: bool = False) -> str:
+    def _spec(self, key: str, kind: Kind) -> Param:
+        spec = self._method.param(key)
+        assert spec.kind == kind, f"{self._method.name}.{key} is declared {spec.kind}, read as {kind}"
+        return spec
+
+    def text(self, key: str) -> str:
+        spec = self._spec(key, "string")
         value = self._raw.get(key)
         if value is None:
             raise InvalidParams(f"missing parameter {key!r} (a string)", data={"param": key})
-        return self._check_text(key, value, max_len, allow_empty)
+        return self._check_text(key, value, spec.max_len, not spec.non_empty)
 
-    def optional_text(self, key: str, *, max_len: int | None = None, allow_empty: bool = True) -> str | None:
+    def optional_text(self, key: str) -> str | None:
+        spec = self._spec(key, "string")
         value = self._raw.get(key)
         if value is None:
             return None
-        return self._check_text(key, value, max_len, allow_empty)
+        return self._check_text(key, value, spec.max_len, not spec.non_empty)
 
-    def text_list(self, key: str, *, max_len: int | None = None, max_items: int = 10_000) -> list[str]:
+    def text_list(self, key: str) -> list[str]:
+        spec = self._spec(key, "strings")
         value = self._raw.get(key)
         if value is None:
             return []
@@ -44,11 +57,13 @@ class Params:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidParams(f"parameter {key!r} must be a list of strings", data={"param": key})
+        max_items = spec.max_items if spec.max_items is not None else MAX_ITEMS
         if len(value) > max_items:
             raise InvalidParams(f"parameter {key!r} has more than {max_items} items", data={"param": key})
-        return [self._check_text(key, v, max_len, False) for v in value]
+        return [self._check_text(key, v, spec.max_len, False) for v in value]
 
     def details(self, key: str) -> tuple[tuple[str, str], ...]:
+        self._spec(key, "details")
         value = self._raw.get(key)
         if value is None:
             return ()
@@ -69,16 +84,24 @@ class Params:
                 )
         return tuple(out)
 
-    def integer(self, key: str, default: int, *, minimum: int, maximum: int) -> int:
-        value = self._raw.get(key, default)
+    def integer(self, key: str, default: int | None = None) -> int:
+        """The value, or `default` (the declared default when None: a default that depends on the workspace's
+        configuration is passed in)."""
+        spec = self._spec(key, "integer")
+        fallback = default if default is not None else spec.default
+        assert isinstance(fallback, int), f"{self._method.name}.{key} has no default"
+        value = self._raw.get(key, fallback)
+        minimum = spec.minimum if spec.minimum is not None else -(2**63)
+        maximum = spec.maximum if spec.maximum is not None else 2**63 - 1
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
             raise InvalidParams(
                 f"parameter {key!r} must be an integer from {minimum} to {maximum}", data={"param": key}
             )
         return value
 
-    def flag(self, key: str, default: bool = False) -> bool:
-        value = self._raw.get(key, default)
+    def flag(self, key: str) -> bool:
+        spec = self._spec(key, "boolean")
+        value = self._raw.get(key, bool(spec.default))
         if not isinstance(value, bool):
             raise InvalidParams(f"parameter {key!r} must be true or false", data={"param": key})
         return value

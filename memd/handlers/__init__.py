@@ -1,8 +1,12 @@
-"""Protocol methods as plain functions in a table: method name -> (function, access kind).
+"""Protocol methods as plain functions in a table: method name -> handler. What each method is (its parameters,
+access kind, scope, whether it may run without a Task) is declared once in memd.methods.
 
-Handlers never see sockets or config files; the daemon provides what they need through `Services`.
-`dispatch` enforces the access kind "admin"; per-workspace rules are checked by `workspace_for`.
-Imports the modules of this package and memd.errors.
+`dispatch` does, from the declaration and before the handler runs: refuse unknown parameters, refuse an admin
+method to anyone but root and memd's uid, resolve the workspace and check the peer may read or write it (or, for
+a method whose workspace is optional-admin and absent, that the peer may act on every workspace). The handler gets
+the resolved workspace in `call.ws` (`call.workspace`, None when an optional one is absent) and validated values
+from `Params`. Imports the modules of this package,
+memd.methods, memd.params and memd.errors.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memd.errors import AccessDenied, MethodNotFound
-from memd.handlers.access import Access, Call, Handler, Peer, Services, privileged
+from memd.handlers.access import Call, Handler, Peer, Services, privileged, workspace_for
 from memd.handlers.admin import config_reload, ping, status, workspace_list
 from memd.handlers.history import (
     checkpoint_list,
@@ -39,64 +43,63 @@ from memd.handlers.memory import (
     warm_log,
     warm_recent,
 )
+from memd.handlers.search import memory_reindex, memory_search
+from memd.methods import DECLARED
+from memd.params import Params
 
 __all__ = ["METHODS", "TASKLESS", "Call", "Peer", "Services", "dispatch"]
 
-METHODS: dict[str, tuple[Handler, Access]] = {
-    "ping": (ping, "public"),
-    "status": (status, "read"),
-    "workspace.list": (workspace_list, "read"),
-    "config.reload": (config_reload, "admin"),
-    "session.start": (session_start, "write"),
-    "progress.update": (progress_update, "write"),
-    "decision.record": (decision_record, "write"),
-    "hot.note": (hot_note, "write"),
-    "hot.get": (hot_get, "read"),
-    "warm.log": (warm_log, "write"),
-    "warm.recent": (warm_recent, "read"),
-    "warm.day": (warm_day, "read"),
-    "retention.sweep": (retention_sweep, "write"),
-    "cold.learn": (cold_learn, "write"),
-    "cold.get": (cold_get, "read"),
-    "context.get": (context_get, "read"),
-    "snapshot.run": (snapshot_run, "write"),
-    "snapshot.restore": (snapshot_restore, "write"),
-    "snapshot.push": (snapshot_push, "write"),
-    "history.list": (history_list, "read"),
-    "history.show": (history_show, "read"),
-    "history.diff": (history_diff, "read"),
-    "checkpoint.run": (checkpoint_run, "write"),
-    "checkpoint.list": (checkpoint_list, "read"),
-    "checkpoint.show": (checkpoint_show, "read"),
-    "checkpoint.undo": (checkpoint_undo, "write"),
+# One handler per declared method (a test checks both ways).
+METHODS: dict[str, Handler] = {
+    "ping": ping,
+    "status": status,
+    "workspace.list": workspace_list,
+    "config.reload": config_reload,
+    "session.start": session_start,
+    "progress.update": progress_update,
+    "decision.record": decision_record,
+    "hot.note": hot_note,
+    "hot.get": hot_get,
+    "warm.log": warm_log,
+    "warm.recent": warm_recent,
+    "warm.day": warm_day,
+    "retention.sweep": retention_sweep,
+    "cold.learn": cold_learn,
+    "cold.get": cold_get,
+    "context.get": context_get,
+    "memory.search": memory_search,
+    "memory.reindex": memory_reindex,
+    "snapshot.run": snapshot_run,
+    "snapshot.restore": snapshot_restore,
+    "snapshot.push": snapshot_push,
+    "history.list": history_list,
+    "history.show": history_show,
+    "history.diff": history_diff,
+    "checkpoint.run": checkpoint_run,
+    "checkpoint.list": checkpoint_list,
+    "checkpoint.show": checkpoint_show,
+    "checkpoint.undo": checkpoint_undo,
 }
 
-# Handlers that await nothing but Workspace.write (or nothing at all): the server may run them without a Task.
-# One that awaits a lock, a timeout, git or the summarizer does not belong here.
-TASKLESS = frozenset(
-    {
-        "ping",
-        "status",
-        "workspace.list",
-        "session.start",
-        "progress.update",
-        "decision.record",
-        "hot.note",
-        "hot.get",
-        "warm.log",
-        "warm.recent",
-        "cold.learn",
-        "cold.get",
-        "context.get",
-    }
-)
+# Methods whose handlers await nothing but Workspace.write (or nothing at all): the server may run them without a
+# Task. A handler that awaits a lock, a timeout, git or the summarizer must not be declared taskless.
+TASKLESS = frozenset(m.name for m in DECLARED.values() if m.taskless)
 
 
-async def dispatch(call: Call, method: str, params: Mapping[str, Any]) -> Any:
-    entry = METHODS.get(method)
-    if entry is None:
+async def dispatch(call: Call, method: str, raw: Mapping[str, Any]) -> Any:
+    declared = DECLARED.get(method)
+    handler = METHODS.get(method)
+    if declared is None or handler is None:
         raise MethodNotFound(f"unknown method {method!r}; see docs/protocol.md for the list", data={"method": method})
-    handler, access = entry
-    if access == "admin" and not privileged(call):
+    params = Params(raw, declared)
+    if declared.access == "admin" and not privileged(call):
         raise AccessDenied(f"{method} is for root or memd's own uid, not uid {call.peer.uid}", data={"method": method})
+    if declared.workspace == "required" or (declared.workspace != "none" and raw.get("workspace") is not None):
+        call = Call(call.services, call.peer, workspace_for(call, raw, declared.access))
+    elif declared.workspace == "optional-admin" and not privileged(call):
+        raise AccessDenied(
+            f"{method} without a workspace acts on every workspace, which is for root or memd's own uid; "
+            "name a workspace",
+            data={"method": method},
+        )
     return await handler(call, params)

@@ -1,6 +1,6 @@
 """Who is calling and what they may touch: the call context handlers receive, and the access rules.
 
-Imports memd.checkpoint, memd.snapshots, memd.workspace, memd.declare, memd.params and memd.errors.
+Imports memd.checkpoint, memd.snapshots, memd.search, memd.workspace, memd.declare, memd.params and memd.errors.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from memd.checkpoint import Checkpointer
 from memd.declare import Access as Access  # re-exported: the access kinds are declared with the methods
 from memd.errors import AccessDenied, InvalidParams, UnknownWorkspace
 from memd.params import Params
+from memd.search.service import SearchService
 from memd.snapshots import Snapshotter
 from memd.workspace import Workspace
 
@@ -31,6 +32,7 @@ class Services(Protocol):
     own_uid: int
     snapshots: Snapshotter
     checkpoints: Checkpointer
+    search: SearchService
 
     def workspaces(self) -> Mapping[str, Workspace]: ...
 
@@ -40,7 +42,7 @@ class Services(Protocol):
 
     async def reload(self) -> dict[str, Any]: ...
 
-    async def sweep(self, workspace: str | None, dry_run: bool) -> dict[str, Any]: ...
+    async def sweep(self, workspace: str | None, dry_run: bool, confirm: bool = False) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)

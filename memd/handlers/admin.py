@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from memd import __version__
@@ -10,13 +9,11 @@ from memd.handlers.access import Call, may_access, privileged
 from memd.params import Params
 
 
-async def ping(call: Call, raw: Mapping[str, Any]) -> Any:
-    Params(raw, frozenset())
+async def ping(call: Call, p: Params) -> Any:
     return {"pong": True, "version": __version__}
 
 
-async def status(call: Call, raw: Mapping[str, Any]) -> Any:
-    Params(raw, frozenset())
+async def status(call: Call, p: Params) -> Any:
     result = call.services.status()
     if not privileged(call):  # others see only the workspaces they may read
         visible = {n for n, ws in call.services.workspaces().items() if may_access(call, ws, "read")}
@@ -24,17 +21,22 @@ async def status(call: Call, raw: Mapping[str, Any]) -> Any:
     return result
 
 
-async def workspace_list(call: Call, raw: Mapping[str, Any]) -> Any:
-    Params(raw, frozenset())
+async def workspace_list(call: Call, p: Params) -> Any:
+    # `project`: the project directory the workspace is bound to, so that front ends find a project's workspace
+    # (memd.frontends.project) without reading anything but this answer.
     return {
         "workspaces": [
-            {"name": name, "path": str(ws.root), "usage": ws.usage_dict()}
+            {
+                "name": name,
+                "path": str(ws.root),
+                "project": str(ws.config.project) if ws.config.project is not None else None,
+                "usage": ws.usage_dict(),
+            }
             for name, ws in sorted(call.services.workspaces().items())
             if may_access(call, ws, "read")
         ]
     }
 
 
-async def config_reload(call: Call, raw: Mapping[str, Any]) -> Any:
-    Params(raw, frozenset())
+async def config_reload(call: Call, p: Params) -> Any:
     return await call.services.reload()

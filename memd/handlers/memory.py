@@ -8,28 +8,28 @@ tier formats, memd.params and memd.errors.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
 from memd.batch import Draft
 from memd.context import build_context, recent_warm, render_cold
-from memd.errors import AccessDenied, InvalidParams
-from memd.handlers.access import Call, privileged, result_with_usage, workspace_for
-from memd.params import MAX_LABEL, Params
+from memd.errors import InvalidParams
+from memd.handlers.access import Call, result_with_usage
+from memd.handlers.search import ranked_learnings
+from memd.params import Params
 from memd.tiers import cold_format, hot_format
 from memd.tiers.warm_format import WarmEntry
 from memd.workspace import Workspace
 
 RECENT_DECISIONS = 5
+RECENT_NOTES = 10
 RECENT_ACTIVITY = 10
 
 
-async def session_start(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "task", "session_id", "topic"}))
-    ws = workspace_for(call, raw, "write")
-    task = p.optional_text("task", max_len=4 * MAX_LABEL, allow_empty=False)
-    session_id = p.optional_text("session_id", max_len=MAX_LABEL, allow_empty=False)
+async def session_start(call: Call, p: Params) -> Any:
+    ws = call.ws
+    task = p.optional_text("task")
+    session_id = p.optional_text("session_id")
     topic = p.optional_text("topic")
 
     def edit(draft: Draft) -> tuple[hot_format.HotDoc, bool, str]:
@@ -81,6 +81,7 @@ def _resume_packet(ws: Workspace, doc: hot_format.HotDoc, topic: str) -> dict[st
         "pending_actions": doc.get("pending_actions", []),
         "files_modified": doc.get("files_modified", []),
         "recent_decisions": (doc.get("decisions") or [])[-RECENT_DECISIONS:],
+        "recent_notes": (doc.get("notes") or [])[-RECENT_NOTES:],
         "relevant_learnings": [
             {"category": lr.category, "date": lr.date, "text": lr.text} for lr in relevant.learnings
         ],
@@ -89,10 +90,9 @@ def _resume_packet(ws: Workspace, doc: hot_format.HotDoc, topic: str) -> dict[st
     }
 
 
-async def progress_update(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "step", "files", "pending_add", "pending_done"}))
-    ws = workspace_for(call, raw, "write")
-    step = p.optional_text("step", max_len=4 * MAX_LABEL)
+async def progress_update(call: Call, p: Params) -> Any:
+    ws = call.ws
+    step = p.optional_text("step")
     files, pending_add, pending_done = (
         p.text_list("files"),
         p.text_list("pending_add"),
@@ -117,12 +117,11 @@ async def progress_update(call: Call, raw: Mapping[str, Any]) -> Any:
     )
 
 
-async def decision_record(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "action", "reason", "risk"}))
-    ws = workspace_for(call, raw, "write")
-    action = p.text("action", max_len=MAX_LABEL)
-    reason = p.text("reason", allow_empty=True)
-    risk = p.optional_text("risk", max_len=MAX_LABEL)
+async def decision_record(call: Call, p: Params) -> Any:
+    ws = call.ws
+    action = p.text("action")
+    reason = p.text("reason")
+    risk = p.optional_text("risk")
 
     def edit(draft: Draft) -> dict[str, Any]:
         doc, decision = hot_format.add_decision(draft.edit_hot(), action, reason, risk, draft.now)
@@ -135,9 +134,8 @@ async def decision_record(call: Call, raw: Mapping[str, Any]) -> Any:
     return result_with_usage(ws, {"decision": decision})
 
 
-async def hot_note(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "text"}))
-    ws = workspace_for(call, raw, "write")
+async def hot_note(call: Call, p: Params) -> Any:
+    ws = call.ws
     text = p.text("text")
 
     def edit(draft: Draft) -> dict[str, Any]:
@@ -149,9 +147,8 @@ async def hot_note(call: Call, raw: Mapping[str, Any]) -> Any:
     return result_with_usage(ws, {"note": note})
 
 
-async def hot_get(call: Call, raw: Mapping[str, Any]) -> Any:
-    Params(raw, frozenset({"workspace"}))
-    ws = workspace_for(call, raw, "read")
+async def hot_get(call: Call, p: Params) -> Any:
+    ws = call.ws
     result: dict[str, Any] = {"hot": ws.hot.doc, "rendered": "".join(hot_format.render_lines(ws.hot.doc))}
     if ws.hot.error is not None:
         result["error"] = ws.hot.error.message
@@ -175,10 +172,9 @@ def _entry_json(day: str, entry: WarmEntry) -> dict[str, Any]:
     return out
 
 
-async def warm_log(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "action", "details", "result"}))
-    ws = workspace_for(call, raw, "write")
-    action = p.text("action", max_len=MAX_LABEL)
+async def warm_log(call: Call, p: Params) -> Any:
+    ws = call.ws
+    action = p.text("action")
     details = p.details("details")
     result = p.optional_text("result")
 
@@ -190,10 +186,9 @@ async def warm_log(call: Call, raw: Mapping[str, Any]) -> Any:
     return result_with_usage(ws, {"entry": entry})
 
 
-async def warm_recent(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "days"}))
-    ws = workspace_for(call, raw, "read")
-    days = p.integer("days", ws.config.warm.recent_days, minimum=1, maximum=3660)
+async def warm_recent(call: Call, p: Params) -> Any:
+    ws = call.ws
+    days = p.integer("days", ws.config.warm.recent_days)
     return result_with_usage(
         ws,
         {
@@ -205,10 +200,9 @@ async def warm_recent(call: Call, raw: Mapping[str, Any]) -> Any:
     )
 
 
-async def warm_day(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "date"}))
-    ws = workspace_for(call, raw, "read")
-    text = p.text("date", max_len=10)
+async def warm_day(call: Call, p: Params) -> Any:
+    ws = call.ws
+    text = p.text("date")
     try:
         day = date.fromisoformat(text)
     except ValueError:
@@ -217,24 +211,18 @@ async def warm_day(call: Call, raw: Mapping[str, Any]) -> Any:
     return {"date": day.isoformat(), "source": source, "entries": [_entry_json(day.isoformat(), e) for e in entries]}
 
 
-async def retention_sweep(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "dry_run"}))
-    dry_run = p.flag("dry_run")
-    name = None
-    if raw.get("workspace") is not None:
-        name = workspace_for(call, raw, "write").name
-    elif not privileged(call):
-        raise AccessDenied("sweeping every workspace needs the daemon's uid or root; name a workspace")
-    return await call.services.sweep(name, dry_run)
+async def retention_sweep(call: Call, p: Params) -> Any:
+    # Without a workspace, dispatch admitted only root and memd's uid (the declaration's optional-admin scope).
+    name = call.workspace.name if call.workspace is not None else None
+    return await call.services.sweep(name, p.flag("dry_run"), p.flag("confirm"))
 
 
 # --- cold tier -----------------------------------------------------------------------------------------------
 
 
-async def cold_learn(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "category", "learning"}))
-    ws = workspace_for(call, raw, "write")
-    category = p.text("category", max_len=MAX_LABEL)
+async def cold_learn(call: Call, p: Params) -> Any:
+    ws = call.ws
+    category = p.text("category")
     learning = p.text("learning")
 
     def edit(draft: Draft) -> str:
@@ -244,11 +232,11 @@ async def cold_learn(call: Call, raw: Mapping[str, Any]) -> Any:
     return result_with_usage(ws, {"learning": {"category": category.strip(), "date": day, "text": learning}})
 
 
-async def cold_get(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "topic"}))
-    ws = workspace_for(call, raw, "read")
+async def cold_get(call: Call, p: Params) -> Any:
+    ws = call.ws
     topic = p.optional_text("topic")
-    relevant = cold_format.relevant(ws.cold.learnings, topic)
+    ranked = await ranked_learnings(call, ws, topic)
+    relevant = ranked if ranked is not None else cold_format.relevant(ws.cold.learnings, topic)
     section = render_cold(relevant, ws.counter, ws.config.budget.cold)
     return result_with_usage(
         ws,
@@ -260,7 +248,7 @@ async def cold_get(call: Call, raw: Mapping[str, Any]) -> Any:
     )
 
 
-async def context_get(call: Call, raw: Mapping[str, Any]) -> Any:
-    p = Params(raw, frozenset({"workspace", "topic", "all"}))
-    ws = workspace_for(call, raw, "read")
-    return build_context(ws, p.optional_text("topic"), everything=p.flag("all"))
+async def context_get(call: Call, p: Params) -> Any:
+    topic = p.optional_text("topic")
+    ranked = await ranked_learnings(call, call.ws, topic)
+    return build_context(call.ws, topic, everything=p.flag("all"), ranked=ranked)
