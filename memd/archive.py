@@ -21,7 +21,6 @@ import gzip
 import hashlib
 import os
 import re
-import secrets
 import stat
 import zlib
 from dataclasses import dataclass
@@ -128,7 +127,7 @@ def _write_verified(target: _Archive, batch: list[ArchivedDay], max_bytes: int) 
     members = b"".join(gzip.compress(_header(d.name, d.data) + d.data, mtime=0) for d in batch)
     data = target.raw + members
     directory = target.path.parent
-    tmp = directory / f".{target.path.name}{fsio.TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = fsio.temp_name(target.path)
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o644)
     try:
         try:
@@ -285,6 +284,12 @@ def _parse_member(member: bytes) -> tuple[list[ArchivedDay], bool]:
         days.append(ArchivedDay(match.group(1).decode(), match.group(2).decode(), data))
         pos = end
     return days, bool(days)
+
+
+def read_archive_days(archive: Path, max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES) -> list[ArchivedDay]:
+    """Every readable day of one archive file, in file order (the intact members of a damaged one too). Raises
+    ArchiveTooLarge past the cap, OSError when the file cannot be read."""
+    return _read_archive(archive, max_bytes).days
 
 
 def read_archive_text(archive: Path, max_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES) -> str:

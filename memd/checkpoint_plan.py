@@ -215,7 +215,7 @@ def fold_line(summary_before: str, compressed: int, pre_commit: str) -> str:
     if match:
         entries += int(match.group(1))
         checkpoints += int(match.group(2))
-    where = pre_commit[:12] if pre_commit else "none (snapshots disabled)"
+    where = pre_commit[:12] if pre_commit else "none, snapshots disabled"
     plural = "s" if checkpoints > 1 else ""
     return f"- (folds in {entries} entries from {checkpoints} checkpoint{plural}; pre-state {where})\n"
 

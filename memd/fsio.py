@@ -32,6 +32,14 @@ from pathlib import Path
 from typing import Any
 
 TEMP_MARKER = ".memd-tmp-"
+# This process's own temp files carry this token too, so a restart under the same pid (pid 1 in a container)
+# still treats the previous run's leftovers as stale, while a reload never removes a batch in flight.
+_INSTANCE = f"{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def temp_name(path: Path) -> Path:
+    """A temp file's name beside `path`: hidden, marked as memd's, unique."""
+    return path.parent / f".{path.name}{TEMP_MARKER}{_INSTANCE}-{secrets.token_hex(4)}"
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO someone planted must fail, not hang the writer
@@ -135,7 +143,8 @@ class Renames:
     _AT_FDCWD = -100
 
     def __init__(self) -> None:
-        self.supported = True
+        self.supported = True  # False: no renameat2 in this libc at all
+        self.refused_on: set[int] = set()  # devices whose filesystem refused the flags (NFS, CIFS, some FUSE)
         self._fn: Any = None
         self._lock = threading.Lock()
         try:
@@ -159,10 +168,24 @@ class Renames:
     def noreplace(self, src: Path, dst: Path) -> None:
         self._call(src, dst, self.RENAME_NOREPLACE)
 
-    def unsupported(self, exc: OSError) -> bool:
-        """Is this the filesystem (or kernel) saying it has no such flag? Then fall back, once and for all."""
-        if exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+    def available_for(self, path: Path) -> bool:
+        if not self.supported:
+            return False
+        if not self.refused_on:
+            return True
+        try:
+            return os.lstat(path.parent).st_dev not in self.refused_on
+        except OSError:
+            return True
+
+    def unsupported(self, exc: OSError, path: Path) -> bool:
+        """Is this the filesystem (or kernel) saying it has no such flag? Then fall back, for that filesystem only."""
+        if exc.errno == errno.ENOSYS:
             self.supported = False
+            return True
+        if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+            with contextlib.suppress(OSError):
+                self.refused_on.add(os.lstat(path.parent).st_dev)
             return True
         return False
 
@@ -193,7 +216,7 @@ def atomic_replace(path: Path, data: bytes, mode: int = 0o644) -> Fingerprint:
     """Replace `path` with `data` so that a crash leaves either the old or the new file, never a torn one."""
     directory = path.parent
     _refuse_symlinked_dir(directory)
-    tmp = directory / f".{path.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, mode)
     try:
         try:
@@ -299,7 +322,7 @@ def remove_stale_temp_files(directories: Iterable[Path]) -> list[Path]:
             names = os.listdir(directory)
         except FileNotFoundError:
             continue
-        own = f"{TEMP_MARKER}{os.getpid()}-"  # a reload reopening a directory memd is writing: not stale
+        own = f"{TEMP_MARKER}{_INSTANCE}-"  # a reload reopening a directory memd is writing: not stale
         for name in names:
             if is_temp_name(name) and own not in name:
                 victim = directory / name
@@ -372,7 +395,7 @@ def apply_writes(writes: Iterable[FileWrite]) -> list[Fingerprint]:
 def _stage(w: FileWrite) -> _Staged:
     directory = w.path.parent
     _refuse_symlinked_dir(directory)
-    tmp = directory / f".{w.path.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = temp_name(w.path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o644)
     try:
         try:
@@ -390,7 +413,7 @@ def _stage(w: FileWrite) -> _Staged:
 
 def _publish(st: _Staged) -> None:
     w = st.write
-    if w.guarded and RENAMES.supported:
+    if w.guarded and RENAMES.available_for(w.path):
         try:
             if w.expected is None:
                 RENAMES.noreplace(st.tmp, w.path)
@@ -399,7 +422,7 @@ def _publish(st: _Staged) -> None:
         except (FileExistsError, FileNotFoundError):  # created, or deleted, by someone else since planning
             raise OutsideChange(w.path) from None
         except OSError as exc:
-            if not RENAMES.unsupported(exc):
+            if not RENAMES.unsupported(exc, w.path):
                 raise
         else:
             st.published = True
@@ -430,6 +453,10 @@ def _unpublish(st: _Staged) -> None:
     except FileNotFoundError:
         current = None
     if current is None or current.st_ino != st.fingerprint.ino:
+        return
+    # Still memd's inode, but someone may have written into it since it went in (a `>>` into the new file):
+    # then it stays, with their bytes, rather than be swapped out and deleted.
+    if current.st_size != len(w.data) or _held_open_for_writing(w.path) or not _holds(w.path, w.data):
         return
     if st.holds_displaced:
         RENAMES.exchange(st.tmp, w.path)  # the displaced file back in place; ours is the temp now

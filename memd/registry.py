@@ -212,7 +212,10 @@ class Registry:
                 if not entry.is_dir(follow_symlinks=False) or not WORKSPACE_NAME.match(entry.name):
                     continue
                 path = Path(entry.path)
-                if not any((path / t).is_dir() for t in TIERS):
+                try:  # another user's 0700 directory under a root is skipped, never fatal
+                    if not any((path / t).is_dir() for t in TIERS):
+                        continue
+                except OSError:
                     continue
                 name = entry.name
                 try:
@@ -288,6 +291,8 @@ class Registry:
         except Exception:  # a failing adoption must not kill the hint path; status shows file errors
             log.exception("workspace %s: adopting an outside change failed", name)
             return
+        if self.workspaces.get(name) is not ws:  # removed (or replaced by a reload) while it was read in
+            return
         self._log_file_errors(ws)
         if changed:
             self.stats.adopted += 1
@@ -300,10 +305,18 @@ class Registry:
         changed_count = 0
         self._retry_refused()
         for name in list(self.workspaces):
-            ws = self.workspaces[name]
-            if self.watcher is not None and self.watcher.rewatch_if_replaced(ws.root):
-                log.info("reconcile: workspace %s: a tier directory was replaced; watching it again", name)
-            changed = await ws.adopt() if ws.looks_changed() else set()
+            ws = self.workspaces.get(name)
+            if ws is None:  # removed while an earlier workspace was read in
+                continue
+            try:  # one broken workspace (warm/ made a file, no permission) must not stop the others
+                if self.watcher is not None and self.watcher.rewatch_if_replaced(ws.root):
+                    log.info("reconcile: workspace %s: a tier directory was replaced; watching it again", name)
+                changed = await ws.adopt() if ws.looks_changed() else set()
+            except (OSError, MemdError) as exc:
+                log.warning("reconcile: workspace %s could not be checked: %s", name, exc)
+                continue
+            if self.workspaces.get(name) is not ws:
+                continue
             self._log_file_errors(ws)
             if changed:
                 changed_count += 1

@@ -35,16 +35,17 @@ class ColdStore:
         except CorruptFile as exc:
             self.error = exc
             return
-        self.raw = data
         try:
-            self.text = "" if data is None else data.decode("utf-8")
-            self.error = None
+            text = "" if data is None else data.decode("utf-8")
         except UnicodeDecodeError as exc:
+            self.raw = data
             self.error = CorruptFile(
                 f"{self.path} is not valid UTF-8 ({exc.reason} at byte {exc.start}); fix it, memd will not rewrite it"
             )
-        self._learnings = None
-        self.tokens = self._counter.count(self.text)
+            return
+        tokens = self._counter.count(text)
+        # The text and the bytes it came from change together (a plan must never pair the new base with old text).
+        self.text, self.raw, self._learnings, self.tokens, self.error = text, data, None, tokens, None
 
     def refresh(self) -> bool:
         if fsio.fingerprint(self.path) == self.fingerprint:
@@ -58,9 +59,13 @@ class ColdStore:
 
     @property
     def learnings(self) -> list[Learning]:
-        if self._learnings is None:
-            self._learnings = cold_format.parse_memory(self.text)
-        return self._learnings
+        learnings = self._learnings
+        if learnings is None:
+            text = self.text
+            learnings = cold_format.parse_memory(text)
+            if self.text is text:  # an adoption in a worker thread may have swapped the text meanwhile
+                self._learnings = learnings
+        return learnings
 
     def write_for(self, text: str) -> fsio.FileWrite:
         """A replace guarded by the bytes the current text came from (a person's `>>` meanwhile is not lost)."""

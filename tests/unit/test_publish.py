@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from clocks import START, FixedClock
+from hot_files import context_file, own_file, read_hot
 
 from memd import fsio
 from memd.batch import Draft
@@ -210,6 +211,15 @@ def note(text: str) -> Callable[[Draft], Any]:
     return edit
 
 
+def decide(action: str, reason: str) -> Callable[[Draft], Any]:
+    def edit(draft: Draft) -> dict[str, Any]:
+        doc, added = hot_format.add_decision(draft.edit_hot(), action, reason, None, draft.now)
+        draft.set_hot(doc)
+        return added
+
+    return edit
+
+
 def write(ws: Workspace, *edits: Callable[[Draft], Any]) -> list[Any]:
     async def go() -> list[Any]:
         return list(await asyncio.gather(*(ws.write(e) for e in edits), return_exceptions=True))
@@ -227,17 +237,37 @@ def test_a_hot_save_between_planning_and_publishing_survives_with_the_agents_not
     ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
 ) -> None:
     write(ws, note("first"))
-    hot = ws.root / "hot" / "context.json"
-    person = {**json.loads(hot.read_bytes()), "task": "set by a person", "owner": "kim"}
-    person_io.edits.append(lambda: rename_over(hot, json.dumps(person).encode()))
+    own = own_file(ws.root)  # the notes' file
+    person = {**json.loads(own.read_bytes()), "owner": "kim"}
+    person["notes"][0]["text"] = "first, corrected by a person"
+    person_io.edits.append(lambda: rename_over(own, json.dumps(person).encode()))
 
     results = write(ws, note("second"))
 
     assert not isinstance(results[0], BaseException)
+    on_disk = json.loads(own.read_bytes())
+    assert on_disk["owner"] == "kim"
+    assert [n["text"] for n in on_disk["notes"]] == ["first, corrected by a person", "second"]
+    assert ws.hot.doc == read_hot(ws.root)
+    assert ws.health.replans == 1
+
+
+def test_a_context_json_save_between_planning_and_publishing_survives_with_the_agents_decision(
+    ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
+) -> None:
+    write(ws, note("first"))
+    hot = context_file(ws.root)  # the session's file: task, step, decisions
+    person = {**json.loads(hot.read_bytes()), "task": "set by a person", "owner": "kim"}
+    person_io.edits.append(lambda: rename_over(hot, json.dumps(person).encode()))
+
+    results = write(ws, decide("ship", "tests pass"), note("second"))
+
+    assert not isinstance(results[0], BaseException)
     on_disk = json.loads(hot.read_bytes())
     assert (on_disk["task"], on_disk["owner"]) == ("set by a person", "kim")
-    assert [n["text"] for n in on_disk["notes"]] == ["first", "second"]
-    assert ws.hot.doc == hot_format.parse(hot.read_bytes(), str(hot))
+    assert [d["action"] for d in on_disk["decisions"]] == ["ship"]
+    assert [n["text"] for n in read_hot(ws.root)["notes"]] == ["first", "second"]
+    assert ws.hot.doc == read_hot(ws.root)
     assert ws.health.replans == 1
 
 
@@ -263,9 +293,9 @@ def test_a_learning_appended_with_shell_redirection_meanwhile_is_kept(
 def test_the_warm_append_of_a_replanned_batch_is_made_once(
     ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
 ) -> None:
-    write(ws, note("first"))
-    hot = ws.root / "hot" / "context.json"
-    person_io.edits.append(lambda: rename_over(hot, hot.read_bytes().replace(b"first", b"first, edited")))
+    write(ws, note("first"), lambda d: d.set_hot({**d.edit_hot(), "current_step": "first"}))
+    hot = context_file(ws.root)
+    person_io.edits.append(lambda: rename_over(hot, hot.read_bytes().replace(b'"first"', b'"first, edited"')))
 
     def decide(draft: Draft) -> None:
         draft.set_hot(hot_format.add_decision(draft.edit_hot(), "ship", "tests pass", None, draft.now)[0])
@@ -276,15 +306,16 @@ def test_the_warm_append_of_a_replanned_batch_is_made_once(
     entries = warm_format.parse_day((ws.root / "warm" / "2024-03-15.md").read_text(encoding="utf-8"))
     assert [e.action for e in entries] == ["decision: ship"]
     doc = json.loads(hot.read_bytes())
-    assert [n["text"] for n in doc["notes"]] == ["first, edited"]
+    assert doc["current_step"] == "first, edited"
     assert [d["action"] for d in doc["decisions"]] == ["ship"]
+    assert ws.health.replans == 1
 
 
 def test_a_file_rewritten_before_every_attempt_fails_the_batch_with_a_clear_error(
     ws: Workspace, person_io: PersonBeforePublish
 ) -> None:
     write(ws, note("first"))
-    hot = ws.root / "hot" / "context.json"
+    hot = own_file(ws.root)  # where the notes are
     counter = iter(range(1000))
 
     class Always(list[Callable[[], None]]):
@@ -365,19 +396,79 @@ def test_identity_holds_again_once_the_directory_is_back(ws: Workspace, tmp_path
 
     assert not isinstance(write(ws, note("accepted"))[0], BaseException)
     assert ws.health.identity_error == ""
-    assert [n["text"] for n in json.loads((ws.root / "hot" / "context.json").read_bytes())["notes"]] == [
-        "alpha's",
-        "accepted",
-    ]
+    assert [n["text"] for n in read_hot(ws.root)["notes"]] == ["alpha's", "accepted"]
 
 
 def test_startup_recovery_removes_dead_writers_temp_files_but_not_this_processs_own(tmp_path: Path) -> None:
     stale = tmp_path / f".context.json{fsio.TEMP_MARKER}1-deadbeef"
-    live = tmp_path / f".context.json{fsio.TEMP_MARKER}{os.getpid()}-cafef00d"  # a batch in flight during a reload
+    live = fsio.temp_name(tmp_path / "context.json")  # this process's: a batch in flight during a reload
+    previous_run_same_pid = tmp_path / f".context.json{fsio.TEMP_MARKER}{os.getpid()}-abcdef-cafef00d"
+    previous_run_same_pid.write_bytes(b"left by an earlier run that had this pid (pid 1 in a container)")
     stale.write_bytes(b"left by a crash")
     live.write_bytes(b"being published")
 
     removed = fsio.remove_stale_temp_files([tmp_path])
 
-    assert removed == [stale]
+    assert sorted(removed) == sorted([stale, previous_run_same_pid])
     assert live.exists() and not stale.exists()
+
+
+# --- the writer never hangs and never plans on a half-read store ------------------------------------------------
+
+
+def test_a_re_plan_whose_re_read_fails_fails_the_batch_and_frees_the_writer(
+    ws: Workspace, person_io: PersonBeforePublish, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(ws, note("first"))
+    hot = ws.root / "hot" / "context.json"
+    holder: list[int] = []
+    person_io.edits.append(  # a writer holds the hot files open
+        lambda: holder.extend(os.open(p, os.O_WRONLY | os.O_APPEND) for p in hot.parent.iterdir() if p.is_file())
+    )
+
+    def unreadable() -> None:
+        raise NotADirectoryError(20, "Not a directory", str(hot))
+
+    monkeypatch.setattr(ws.hot, "load", unreadable)
+    try:
+        results = write(ws, note("second"))
+    finally:
+        for fd in holder:
+            os.close(fd)
+    monkeypatch.undo()
+
+    assert isinstance(results[0], StorageError)
+    assert not isinstance(write(ws, note("third"))[0], BaseException)  # the writer was not left locked
+
+
+def test_a_cancelled_adoption_keeps_the_writer_waiting_until_the_stores_are_whole(ws: Workspace) -> None:
+    import threading
+    import time
+
+    memory = ws.root / "cold" / "MEMORY.md"
+    write(ws, lambda d: d.learn("Notes", "memd's first"))
+    with memory.open("a", encoding="utf-8") as f:
+        f.write("- [2024-03-15] a person's correction\n")
+    loading = threading.Event()
+    real_load = ws.cold.load
+
+    def slow_load() -> None:  # a big file: the worker is still reading when the adoption is cancelled
+        loading.set()
+        time.sleep(0.3)
+        real_load()
+
+    ws.cold.load = slow_load  # type: ignore[method-assign]
+
+    async def go() -> Any:
+        adoption = asyncio.ensure_future(ws.adopt())
+        await asyncio.get_running_loop().run_in_executor(None, loading.wait)
+        adoption.cancel()
+        learned = asyncio.ensure_future(ws.write(lambda d: d.learn("Notes", "memd's second")))
+        with pytest.raises(asyncio.CancelledError):
+            await adoption
+        return await learned
+
+    asyncio.run(go())
+
+    text = memory.read_text(encoding="utf-8")
+    assert "a person's correction" in text and "memd's second" in text and "memd's first" in text
