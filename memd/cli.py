@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("workspace", nargs="?", help="workspace name (default: every workspace)")
     p.add_argument("--dry-run", action="store_true", help="only list what a real sweep would remove")
     p.add_argument("--confirm", action="store_true",
-                   help="sweep a workspace adopted with day files (its sweeps only report until one is confirmed)")  # fmt: skip
+                   help="sweep a workspace adopted with day files (only reports until one is confirmed)")  # fmt: skip
 
     p = add("snapshot", help="commit the workspace's state to its git history now")
     add_workspace(p)

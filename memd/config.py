@@ -150,7 +150,8 @@ class SearchConfig:
     enabled: bool = True
     recency_half_life_days: float = 30.0  # a warm entry this old weighs halfway between 1 and recency_floor
     recency_floor: float = 0.3  # the weight a warm entry keeps however old (hot and cold never decay)
-    index_delay_seconds: float = 0.5  # how long changes gather before the index takes them (queries never wait it)
+    index_delay_seconds: float = 0.5  # the index takes changes in once writes pause this long...
+    index_max_wait_seconds: float = 30.0  # ...or this long after the first one at the latest (queries catch up first)
 
 
 @dataclass(frozen=True)

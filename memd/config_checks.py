@@ -112,6 +112,8 @@ def _validate_jobs(config: Config, errors: list[str]) -> None:
         errors.append(f"search.recency_floor: must be between 0 and 1, got {search.recency_floor}")
     if not 0 <= search.index_delay_seconds <= 60:
         errors.append(f"search.index_delay_seconds: must be between 0 and 60, got {search.index_delay_seconds}")
+    if not search.index_delay_seconds <= search.index_max_wait_seconds <= 3600:
+        errors.append("search.index_max_wait_seconds: must be at least search.index_delay_seconds and at most 3600")
     cp = config.checkpoint
     if cp.keep_decisions < 0:
         errors.append("checkpoint.keep_decisions: must be 0 or more")

@@ -2,7 +2,8 @@
 
 Hot is rendered whole when it fits; over budget, the oldest notes go first, then the oldest decisions, then the
 summary is cut (the pinned header — task, step, files, pending — always stays). Warm is the recent days, newest
-entry first, until its budget is spent. Cold is the learnings relevant to the topic, best match first.
+entry first, until its budget is spent. Cold is the learnings relevant to the topic, best match first (ranked by
+the search index when the handler passes its ranking; by substring here otherwise).
 Budgets are in tokens, never characters. Every stored value reaches the text through the tier formats' renderers,
 which pass it through memd.textfmt's escaping rule: this module adds only fixed headings, so no value can add a
 line or a heading to the payload. Imports memd.workspace, the tier formats and memd.tokens.
@@ -117,14 +118,18 @@ def recent_warm(ws: Workspace, days: int) -> list[tuple[date, list[WarmEntry]]]:
 UNBOUNDED = 1 << 40  # `all`: no budget cuts anything
 
 
-def build_context(ws: Workspace, topic: str | None, everything: bool = False) -> dict[str, Any]:
+def build_context(
+    ws: Workspace, topic: str | None, everything: bool = False, ranked: list[Learning] | None = None
+) -> dict[str, Any]:
     """The assembled context text and its usage breakdown `{tier: {tokens, budget, percent}}`. What a budget left
-    out is said in the text itself (an agent reading only the text must know it is not all), within that budget."""
+    out is said in the text itself (an agent reading only the text must know it is not all), within that budget.
+    `ranked`: the learnings for `topic`, best first, as the search index ranked them; None: matched here by
+    substring (cold_format.relevant), as without an index."""
     budget = ws.config.budget
     counter = ws.counter
     hot, warm, cold = (UNBOUNDED,) * 3 if everything else (budget.hot, budget.warm, budget.cold)
     days = recent_warm(ws, ws.config.warm.recent_days)
-    learnings = cold_format.relevant(ws.cold.learnings, topic)
+    learnings = ranked if ranked is not None else cold_format.relevant(ws.cold.learnings, topic)
     renderers = {
         "hot": lambda b: render_hot(ws.hot.doc, counter, b),
         "warm": lambda b: render_warm(days, counter, b),

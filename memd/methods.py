@@ -321,7 +321,7 @@ METHODS: tuple[Method, ...] = (
             "search_memory",
             "Search everything this project's memory holds, beyond what the context window shows: notes, "
             "decisions, the activity log of every past day (archived ones too) and the learnings. Words match "
-            "their variants (fix finds fixed); use \"quotes\" for a phrase, prefix*, OR, -exclude. Hits come best "
+            'their variants (fix finds fixed); use "quotes" for a phrase, prefix*, OR, -exclude. Hits come best '
             "first, recent activity ahead of old, each with the file and lines it is at.",
             read_only=True,
             idempotent=True,

@@ -1,8 +1,9 @@
 """The tiers' methods: session start, progress, decisions, notes, warm log and retention, learnings, context.
 
 Each validates its params at this edge; writes go through `Workspace.write` with an edit of the batch draft and
-return the workspace's token usage once durable. Imports memd.handlers.access, memd.context, memd.workspace, the
-tier formats, memd.params and memd.errors.
+return the workspace's token usage once durable. `cold.get` and `context.get` rank learnings by topic with the
+search index (memd.handlers.search). Imports memd.handlers.access, memd.handlers.search, memd.context,
+memd.workspace, the tier formats, memd.params and memd.errors.
 """
 
 from __future__ import annotations

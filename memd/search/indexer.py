@@ -1,0 +1,198 @@
+"""Bringing the index in step with a workspace's files: the part that runs on the search thread. No asyncio.
+
+`sync(source, tiers)` stats the files of those tiers (hot/context.json, cold/MEMORY.md, warm/ day files, the
+month archives in warm/archive/), compares each with what the index recorded (size, mtime, inode), and re-indexes
+only what changed: the file is read again (through the tiers' capped, no-symlink reader), parsed, and its rows
+replaced; a file that is gone takes its rows with it. A day file that kept its inode and grew, with its bytes up
+to its last entry unchanged (a hash says so), is indexed from that entry on: an append costs its own size, not
+the day's. A file that cannot be read (too large, a symlink, corrupt JSON) keeps its last good rows and is tried
+again when it changes. Only regular files named as the tiers name them are read; nothing is ever written to a
+workspace. Imports memd.archive, memd.fsio, the tier formats and memd.search's documents and store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memd import archive, fsio
+from memd.errors import MemdError
+from memd.search import documents
+from memd.search.documents import Doc
+from memd.search.store import FileState, Store
+from memd.tiers import hot_format, read_tier_file, warm_format
+
+log = logging.getLogger(__name__)
+ALL_TIERS = frozenset({"hot", "warm", "cold"})
+# The hot tier's two files (the article's session fields; memd's own notes, summary and checkpoint records): each
+# is indexed for whatever notes, decisions or summary it holds, so a file from before the split is searched too.
+HOT_FILES = ("hot/context.json", f"hot/{hot_format.OWN_FILE}")
+COLD_FILE = "cold/MEMORY.md"
+_ARCHIVE_NAME = re.compile(r"[0-9]{4}-[0-9]{2}(?:\.[1-9][0-9]{0,5})?\.md\.gz")  # memd.archive's file names
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the search thread needs of a workspace, copied on the loop: never the live Workspace object."""
+
+    name: str
+    root: Path
+    pinned: fsio.PinnedDir
+    hot_max: int
+    cold_max: int
+    warm_max: int
+    archive_max: int
+
+
+@dataclass
+class Outcome:
+    files: int = 0  # files (re)indexed
+    documents: int = 0
+    errors: int = 0
+    stopped: bool = False
+
+
+def _state(st: os.stat_result) -> FileState:
+    return FileState(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _regular(path: Path) -> os.stat_result | None:
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _listing(directory: Path, keep: re.Pattern[str] | None) -> dict[str, os.stat_result]:
+    out: dict[str, os.stat_result] = {}
+    try:
+        if stat.S_ISLNK(os.lstat(directory).st_mode):
+            return out  # what a symlinked tier directory points at is not this workspace's
+        with os.scandir(directory) as it:
+            for entry in it:
+                name = entry.name
+                if not (keep.fullmatch(name) if keep else warm_format.parse_day_filename(name)):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    out[entry.name] = st
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return out
+
+
+def present(source: Source, tiers: frozenset[str]) -> dict[str, os.stat_result]:
+    """The indexable files of `tiers` as they are now: relative path -> lstat."""
+    found: dict[str, os.stat_result] = {}
+    for hot_file in HOT_FILES if "hot" in tiers else ():
+        if (st := _regular(source.root / hot_file)) is not None:
+            found[hot_file] = st
+    if "cold" in tiers and (st := _regular(source.root / COLD_FILE)) is not None:
+        found[COLD_FILE] = st
+    if "warm" in tiers:
+        warm = source.root / "warm"
+        found |= {f"warm/{name}": st for name, st in _listing(warm, None).items()}
+        archived = _listing(warm / archive.ARCHIVE_DIR, _ARCHIVE_NAME)
+        found |= {f"warm/archive/{name}": st for name, st in archived.items()}
+    return found
+
+
+def _tier_of(file: str) -> str:
+    return file.split("/", 1)[0]
+
+
+def sync(store: Store, source: Source, tiers: frozenset[str], stop: Callable[[], bool] = lambda: False) -> Outcome:
+    """Re-index what changed in `tiers` of one workspace (see the module docstring). `stop` is asked between
+    files (memd is stopping): what is left stays as it was and is found changed at the next sync."""
+    outcome = Outcome()
+    try:
+        source.pinned.verify()
+    except OSError as exc:  # a swapped-in directory: index nothing from it, keep what was indexed
+        log.warning("search: not indexing workspace %s: %s", source.name, exc.strerror or exc)
+        outcome.errors += 1
+        return outcome
+    root = str(source.root)
+    if store.root_of(source.name) != root:
+        if store.root_of(source.name) is not None:
+            log.info("search: workspace %s is another directory now; indexing it afresh", source.name)
+        store.drop_workspace(source.name)
+        store.set_root(source.name, root)
+        tiers = ALL_TIERS
+    known = {f: s for f, s in store.files(source.name).items() if _tier_of(f) in tiers}
+    now = present(source, tiers)
+    for file in known.keys() - now.keys():
+        store.drop_file(source.name, file)
+        outcome.files += 1
+    for file, st in sorted(now.items()):
+        if stop():
+            outcome.stopped = True
+            break
+        state = _state(st)
+        before = known.get(file)
+        if before is not None and before.same_file(state):
+            continue
+        try:
+            outcome.documents += _index_file(store, source, file, state, before)
+        except (OSError, MemdError) as exc:  # unreadable now: keep the last good rows, retry when it changes
+            message = exc.message if isinstance(exc, MemdError) else str(exc)
+            store.mark_file(source.name, file, FileState(state.size, state.mtime_ns, state.ino, error=message))
+            outcome.errors += 1
+        outcome.files += 1
+    return outcome
+
+
+def _index_file(store: Store, source: Source, file: str, state: FileState, before: FileState | None) -> int:
+    path = source.root / file
+    if file in HOT_FILES:
+        data = read_tier_file(path, source.hot_max) or b""
+        doc = hot_format.parse(data, file) if data.strip() else hot_format.empty_doc()
+        return store.replace_file(source.name, file, state, documents.hot(doc, data.decode("utf-8", "replace")))
+    if file == COLD_FILE:
+        text = (read_tier_file(path, source.cold_max) or b"").decode("utf-8", "replace")
+        return store.replace_file(source.name, file, state, documents.cold(text))
+    if file.startswith("warm/archive/"):
+        return store.replace_file(source.name, file, state, _archived(path, source.archive_max))
+    return _index_day(store, source, file, state, before)
+
+
+def _index_day(store: Store, source: Source, file: str, state: FileState, before: FileState | None) -> int:
+    data = read_tier_file(source.root / file, source.warm_max) or b""
+    day = file.removeprefix("warm/").removesuffix(".md")
+    view = memoryview(data)
+    if (
+        before is not None
+        and before.error is None
+        and before.tail is not None
+        and before.prefix_hash is not None
+        and before.ino == state.ino
+        and before.size <= len(data)
+        and before.tail.offset <= len(data)
+    ):
+        digest = hashlib.blake2b(view[: before.tail.offset], digest_size=16)
+        if digest.digest() == before.prefix_hash:  # only appended to: index from the last entry on
+            docs, tail = documents.warm_day(bytes(view[before.tail.offset :]), day, before.tail)
+            digest.update(view[before.tail.offset : tail.offset])
+            done = FileState(state.size, state.mtime_ns, state.ino, tail, digest.digest())
+            return store.replace_file(source.name, file, done, docs, from_line=before.tail.line)
+    docs, tail = documents.warm_day(data, day)
+    digest = hashlib.blake2b(view[: tail.offset], digest_size=16)
+    done = FileState(state.size, state.mtime_ns, state.ino, tail, digest.digest())
+    return store.replace_file(source.name, file, done, docs)
+
+
+def _archived(path: Path, max_bytes: int) -> list[Doc]:
+    """The entries of every day an archive file holds (the last copy of a day, when it holds one twice)."""
+    days = {d.name: d for d in archive.read_archive_days(path, max_bytes)}
+    docs: list[Doc] = []
+    for name, day in sorted(days.items()):
+        parsed = warm_format.parse_day_filename(name)
+        if parsed is not None:
+            docs += documents.warm_day(day.data, parsed.isoformat())[0]
+    return docs

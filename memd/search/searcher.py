@@ -1,0 +1,221 @@
+"""Queries on the search index: ranked hits with their locations and marked snippets. Reads only.
+
+One `Searcher` per SQLite connection (it keeps a scratch FTS5 table for snippets in that connection's temp
+schema): the search thread's writer connection, and the read connection queries use. Imports memd.search.query.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from memd.search import query as q
+
+MARK = ("\u00ab", "\u00bb")  # « »: around each matched term in a snippet
+ELLIPSIS = "\u2026"
+SNIPPET_TOKENS = 16
+HEADING_WEIGHT = 2.0  # a match in an entry's heading (action, category) counts twice one in its body
+# A query ranks at most this many matches, the newest (by row id: files are indexed oldest day first, and an
+# append or a rewrite gets new ids): BM25 is computed per match, so a word in a third of 100,000 entries would
+# otherwise cost ~90 ms. Older matches weigh less anyway (warm decays); more words or `until` reach them.
+CANDIDATES = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    scope: Sequence[str]  # workspace names
+    tiers: Sequence[str]
+    since: str | None
+    until: str | None
+    today: date
+    half_life_days: float
+    floor: float  # the weight an entry keeps however old (0..1)
+
+
+class Searcher:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        conn.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.snip USING fts5(heading, body, tokenize='porter unicode61')"
+        )
+
+    def search(self, query: q.Query, f: Filters, limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` hits, best first: stemmed-word matches by BM25 times the recency weight, then matches
+        only the trigram index finds (substrings: parts of identifiers, CJK), then, for a query with a term under
+        three characters that found nothing as words, a scan."""
+        hits = self._ranked(query, "words", q.words_match(query), f, limit, ())
+        if len(hits) < limit:
+            seen = tuple(h["_id"] for h in hits)
+            grams = q.substring_match(query)
+            if grams is not None:
+                hits += self._ranked(query, "grams", grams, f, limit - len(hits), seen)
+            else:
+                hits += self._scan(query, f, limit - len(hits), seen)
+        for hit in hits:
+            del hit["_id"]
+        return hits
+
+    def _where(self, f: Filters) -> tuple[str, list[Any]]:
+        sql = [
+            "d.workspace IN (SELECT value FROM json_each(?))",
+            "d.tier IN (SELECT value FROM json_each(?))",
+            # an archived day that is also still in warm/ (a sweep stopped between archive and unlink) counts once
+            "NOT (d.archived AND EXISTS (SELECT 1 FROM files f WHERE f.workspace = d.workspace "
+            "AND f.file = 'warm/' || d.date || '.md'))",
+        ]
+        args: list[Any] = [json.dumps(list(f.scope)), json.dumps(list(f.tiers))]
+        if f.since is not None:
+            sql.append("d.date >= ?")
+            args.append(f.since)
+        if f.until is not None:
+            sql.append("d.date <= ?")
+            args.append(f.until)
+        return " AND ".join(sql), args
+
+    def _ranked(
+        self, query: q.Query, table: str, user: str, f: Filters, limit: int, seen: tuple[int, ...]
+    ) -> list[dict[str, Any]]:
+        where, args = self._where(f)
+        half = max(f.half_life_days, 1e-6)
+        # Warm entries decay hyperbolically with age (1 today, halfway to `floor` after `half_life_days`); hot and
+        # cold do not: a learning is as true next year.
+        weight = (
+            "(CASE WHEN d.tier = 'warm' AND d.dayn IS NOT NULL "
+            "THEN ? + (1.0 - ?) * ? / (? + max(0, ? - d.dayn)) ELSE 1.0 END)"
+        )
+        weight_args = [f.floor, f.floor, half, half, f.today.toordinal()]
+        cap = CANDIDATES + len(seen) + limit
+        while True:
+            sql = (
+                f"WITH cand AS MATERIALIZED (SELECT rowid AS id, bm25({table}, {HEADING_WEIGHT}, 1.0) AS r "
+                f"FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) "
+                f"SELECT d.id, -cand.r * {weight} AS score, (SELECT count(*) FROM cand) "
+                f"FROM cand JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
+            )
+            found = self.conn.execute(sql, [user, cap, *weight_args, *args, limit + len(seen)]).fetchall()
+            skip = set(seen)
+            ranked = [(i, s) for i, s, _ in found if i not in skip][:limit]
+            candidates = found[0][2] if found else self._count(table, user, cap)
+            if len(ranked) >= limit or candidates < cap or cap >= 1 << 24:
+                break
+            cap *= 8  # the scope's rows filter out most candidates (many workspaces, a date range): look further
+        if not ranked:
+            return []
+        ids = [i for i, _ in ranked]
+        rows = self._docs(ids)
+        if table == "grams":
+            needles = [t.text for c in query.positive for t in c.terms]
+            return [self._hit(rows[i], s, _snippet(rows[i], needles), "substring") for i, s in ranked if i in rows]
+        snippets = self._snippets(user, [(i, rows[i][9], rows[i][11]) for i in ids if i in rows])
+        return [self._hit(rows[i], s, snippets.get(i, ""), "words") for i, s in ranked if i in rows]
+
+    def _snippets(self, match: str, rows: list[tuple[int, str, str]]) -> dict[int, str]:
+        """FTS5 snippets of a few rows: they are indexed alone in a temporary table and matched there (asking the
+        big table for a row's snippet loads every match of the query again: ~10 ms for a frequent word)."""
+        self.conn.execute("BEGIN")  # one transaction: the scratch rows are not each a commit
+        try:
+            self.conn.execute("DELETE FROM temp.snip")
+            self.conn.executemany("INSERT INTO temp.snip(rowid, heading, body) VALUES (?, ?, ?)", rows)
+            found = self.conn.execute(
+                "SELECT rowid, snippet(snip, -1, ?, ?, ?, ?) FROM temp.snip WHERE snip MATCH ?",
+                (*MARK, ELLIPSIS, SNIPPET_TOKENS, match),
+            ).fetchall()
+        finally:
+            self.conn.execute("COMMIT")
+        return {int(i): str(text) for i, text in found}
+
+    def _count(self, table: str, match: str, cap: int) -> int:
+        sql = f"SELECT count(*) FROM (SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?)"
+        return int(self.conn.execute(sql, (match, cap)).fetchone()[0])
+
+    def _scan(self, query: q.Query, f: Filters, limit: int, seen: tuple[int, ...]) -> list[dict[str, Any]]:
+        """Substring matches for a query with a term too short for trigrams, newest first (no BM25 here)."""
+        where, args = self._where(f)
+        text = "(d.heading || char(10) || d.body)"
+        conditions: list[str] = []
+        for clause in query.clauses:
+            inner = " OR ".join(f"{text} LIKE ? ESCAPE '\\'" for _ in clause.terms)
+            conditions.append(f"NOT ({inner})" if clause.excluded else f"({inner})")
+            args += [q.like_pattern(t) for t in clause.terms]
+        sql = (
+            f"SELECT d.id FROM docs d WHERE {where} AND {' AND '.join(conditions)} "
+            "ORDER BY d.dayn DESC, d.id DESC LIMIT ?"
+        )
+        skip = set(seen)
+        ids = [r[0] for r in self.conn.execute(sql, [*args, limit + len(seen)]) if r[0] not in skip][:limit]
+        rows = self._docs(ids)
+        needles = [t.text for c in query.positive for t in c.terms]
+        return [self._hit(rows[i], 0.0, _snippet(rows[i], needles), "substring") for i in ids if i in rows]
+
+    def _docs(self, ids: list[int]) -> dict[int, tuple[Any, ...]]:
+        return {
+            r[0]: r
+            for r in self.conn.execute(
+                "SELECT id, workspace, tier, kind, file, date, time, line_start, line_end, heading, ref, body "
+                "FROM docs WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),),
+            )
+        }
+
+    @staticmethod
+    def _hit(row: tuple[Any, ...], score: float, snippet: str, how: str) -> dict[str, Any]:
+        _id, workspace, tier, kind, file, day, time, first, last, heading, ref, _body = row
+        hit: dict[str, Any] = {
+            "workspace": workspace,
+            "tier": tier,
+            "kind": kind,
+            "file": file,
+            "date": day,
+            "lines": [first, last],
+            "heading": heading,
+            "snippet": _one_line(snippet),
+            "score": float(f"{score:.6g}"),
+            "match": how,
+            "_id": _id,
+        }
+        if time is not None:
+            hit["time"] = time
+        if ref is not None:
+            hit["id"] = ref
+        return hit
+
+
+def _one_line(text: str) -> str:
+    """A snippet on one line: the line breaks between an entry's details become ` / `."""
+    return " / ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _snippet(row: tuple[Any, ...], needles: list[str], width: int = 60) -> str:
+    """A window of the heading or body around the first of `needles` found in it (case-insensitive), every
+    occurrence of each needle in the window marked: the snippet of a substring match."""
+    lowered = [n.lower() for n in needles if n]
+    for text in (row[9], row[11]):
+        low = text.lower()
+        found = [i for i in (low.find(n) for n in lowered) if i >= 0]
+        if not found:
+            continue
+        first = min(found)
+        start, end = max(0, first - width), min(len(text), first + width)
+        marks = sorted(
+            {(at, at + len(n)) for n in lowered for at in _occurrences(low, n, start, end)}, key=lambda m: m[0]
+        )
+        out, pos = [ELLIPSIS] if start else [], start
+        for begin, finish in marks:
+            if begin < pos:
+                continue
+            out += [text[pos:begin], MARK[0], text[begin:finish], MARK[1]]
+            pos = finish
+        out.append(text[pos:end] + (ELLIPSIS if end < len(text) else ""))
+        return "".join(out)
+    return str(row[11])[: 2 * width]
+
+
+def _occurrences(text: str, needle: str, start: int, end: int) -> Iterator[int]:
+    at = text.find(needle, start, end + len(needle))
+    while at >= 0:
+        yield at
+        at = text.find(needle, at + len(needle), end + len(needle))

@@ -1,0 +1,414 @@
+"""Specification of the search index (memd.search: documents, store, indexer): what a workspace's files become, where
+each hit points, how ranking weighs age, and that the index follows the files: appends, edits, deletions,
+archives, unreadable files, and a rebuild from scratch that equals what the increments made.
+
+Workspaces are real directories written the way memd writes them; the index is a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memd import archive, fsio
+from memd.search import documents, indexer, searcher
+from memd.search import query as q
+from memd.search.documents import DayTail
+from memd.search.indexer import ALL_TIERS, Source
+from memd.search.searcher import Filters
+from memd.search.store import Store
+from memd.tiers import hot_format, warm_format
+from memd.tiers.warm_format import WarmEntry
+
+TODAY = date(2026, 3, 10)
+
+
+def header(day: date) -> str:
+    return f"# Activity Log {day.isoformat()} (UTC+00:00, UTC)\n\n"
+
+
+def entry(time: str, action: str, result: str | None = None, **details: str) -> str:
+    return warm_format.render_entry(WarmEntry(time, action, tuple(details.items()), result))
+
+
+def write_day(root: Path, day: date, *entries: str, mode: str = "w") -> Path:
+    path = root / "warm" / f"{day.isoformat()}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, mode, encoding="utf-8") as f:
+        if mode == "w":
+            f.write(header(day))
+        f.write("".join(entries))
+    return path
+
+
+def write_hot(root: Path, notes: list[str], summary: str = "", decisions: tuple[tuple[str, str], ...] = ()) -> None:
+    """The hot tier as memd writes it: the session fields in context.json, its own notes and summary in memd.json."""
+    context = {
+        "task": "Refactor authentication",
+        "decisions": [
+            {"id": f"d-{i}", "ts": "2026-03-09T08:00:00Z", "action": a, "reason": r}
+            for i, (a, r) in enumerate(decisions)
+        ],
+    }
+    own: dict[str, object] = {
+        "version": 2,
+        "notes": [{"id": f"n-{i}", "ts": f"2026-03-0{i + 1}T10:00:00Z", "text": t} for i, t in enumerate(notes)],
+        "summary": summary,
+        "checkpoints": [{"id": "ckpt-1", "at": "2026-03-08T12:00:00+00:00"}] if summary else [],
+    }
+    (root / "hot").mkdir(parents=True, exist_ok=True)
+    (root / "hot" / "context.json").write_bytes(hot_format.serialize(context))
+    (root / "hot" / "memd.json").write_bytes(hot_format.serialize(own))
+
+
+MEMORY = """\
+# Agent Memory
+
+## Auth
+- [2024-03-01] JWT secrets live in vault
+- [2023-01-01] rotate the signing keys every 90 days
+
+## Testing
+- [2026-01-05] run pytest with -x
+"""
+
+
+def source(root: Path, name: str = "alpha") -> Source:
+    for tier in ("hot", "warm", "cold"):
+        (root / tier).mkdir(parents=True, exist_ok=True)
+    return Source(name, root, fsio.PinnedDir.pin(root), 4 << 20, 16 << 20, 64 << 20, 64 << 20)
+
+
+def filters(*scope: str, tiers: tuple[str, ...] = ("hot", "warm", "cold"), **kw: str) -> Filters:
+    return Filters(scope or ("alpha",), tiers, kw.get("since"), kw.get("until"), TODAY, 30.0, 0.3)
+
+
+def search(store: Store, text: str, f: Filters | None = None, limit: int = 20) -> list[dict[str, object]]:
+    return store.search(q.parse(text), f or filters(), limit)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "state" / "search.sqlite3")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Source:
+    root = tmp_path / "alpha"
+    src = source(root)
+    write_hot(
+        root,
+        ["the validator caches signing keys for 5 minutes", "second note"],
+        "# Context Summary\n- moved token refresh into middleware",
+        (("Split jwt.py", "File exceeded 500 lines"),),
+    )
+    write_day(
+        root,
+        TODAY,
+        entry("09:12:03", "Refactored JWT validation", "Tests passing", file="auth/jwt.py"),
+        entry("09:40:51", "Ran test suite", "12 passed, 0 failed", command="pytest tests/auth -q"),
+    )
+    (root / "cold" / "MEMORY.md").write_text(MEMORY, encoding="utf-8")
+    return src
+
+
+# --- where hits point -----------------------------------------------------------------------------------------------
+
+
+def test_hits_come_from_every_tier_with_their_file_lines_heading_date_and_a_marked_snippet(
+    store: Store, ws: Source
+) -> None:
+    indexer.sync(store, ws, ALL_TIERS)
+    hot_lines = (ws.root / "hot" / "memd.json").read_text().split("\n")
+
+    (note,) = search(store, "minutes")
+    assert note["tier"] == "hot" and note["kind"] == "note" and note["file"] == "hot/memd.json"
+    assert note["id"] == "n-0" and note["date"] == "2026-03-01"
+    line = note["lines"][0]
+    assert note["lines"] == [line, line] and '"the validator caches' in hot_lines[line - 1]
+    assert note["snippet"] == "the validator caches signing keys for 5 «minutes»"
+
+    (decision,) = search(store, "exceeded")
+    assert (decision["kind"], decision["heading"], decision["id"]) == ("decision", "Split jwt.py", "d-0")
+    assert decision["file"] == "hot/context.json"
+    (summary,) = search(store, "middleware")
+    assert (summary["kind"], summary["date"]) == ("summary", "2026-03-08")
+    assert '"summary"' in hot_lines[summary["lines"][0] - 1]
+
+    (logged,) = search(store, "refactored")
+    assert logged == {
+        "workspace": "alpha",
+        "tier": "warm",
+        "kind": "entry",
+        "file": f"warm/{TODAY}.md",
+        "date": TODAY.isoformat(),
+        "time": "09:12:03",
+        "lines": [3, 7],
+        "heading": "Refactored JWT validation",
+        "snippet": "«Refactored» JWT validation",
+        "score": logged["score"],
+        "match": "words",
+    }
+    day_lines = (ws.root / "warm" / f"{TODAY}.md").read_text().split("\n")
+    assert day_lines[2] == "### 09:12:03 - Refactored JWT validation" and day_lines[6] == "Result: Tests passing"
+
+    (learning,) = search(store, "vault")
+    assert (learning["tier"], learning["file"], learning["lines"]) == ("cold", "cold/MEMORY.md", [4, 4])
+    assert (learning["heading"], learning["date"], learning["kind"]) == ("Auth", "2024-03-01", "learning")
+    assert MEMORY.split("\n")[3] == "- [2024-03-01] JWT secrets live in vault"
+
+
+def test_details_and_results_are_searched_and_marked(store: Store, ws: Source) -> None:
+    indexer.sync(store, ws, ALL_TIERS)
+    (hit,) = search(store, '"12 passed"')
+    assert hit["heading"] == "Ran test suite"
+    assert "«12 passed»" in hit["snippet"]
+    assert search(store, "auth/jwt.py")[0]["snippet"] == "file: «auth/jwt.py» / Tests passing"
+
+
+def test_identifier_parts_and_cjk_are_found_as_substrings(store: Store, tmp_path: Path) -> None:
+    ws = source(tmp_path / "alpha")
+    write_day(ws.root, TODAY, entry("10:00:00", "Fixed JwtValidatorFactory caching", "数据库连接失败 resolved"))
+    indexer.sync(store, ws, ALL_TIERS)
+
+    (hit,) = search(store, "Validator")
+    assert (hit["match"], hit["snippet"]) == ("substring", "Fixed Jwt«Validator»Factory caching")
+    assert search(store, "数据库")[0]["snippet"] == "«数据库»连接失败 resolved"
+    assert search(store, "数据")[0]["match"] == "substring", "two characters: found by a scan"
+
+
+def test_an_archived_day_is_found_at_its_archive_with_the_days_own_line_numbers(store: Store, tmp_path: Path) -> None:
+    ws = source(tmp_path / "alpha")
+    old = date(2026, 1, 15)
+    path = write_day(ws.root, old, entry("08:00:00", "Migrated the billing schema", "done"))
+    archive.add_to_month(ws.root / "warm" / "archive", "2026-01", [(path.name, path.read_bytes())], 64 << 20)
+    indexer.sync(store, ws, ALL_TIERS)
+    assert len(search(store, "billing")) == 1, "in warm/ and in the archive (a sweep stopped half-way): found once"
+
+    path.unlink()
+    indexer.sync(store, ws, ALL_TIERS)
+    (hit,) = search(store, "billing")
+    assert (hit["file"], hit["date"], hit["lines"]) == ("warm/archive/2026-01.md.gz", "2026-01-15", [3, 4])
+
+
+# --- following the files ------------------------------------------------------------------------------------------
+
+
+def test_a_deleted_day_file_takes_its_entries_out_of_the_index(store: Store, ws: Source) -> None:
+    indexer.sync(store, ws, ALL_TIERS)
+    (ws.root / "warm" / f"{TODAY}.md").unlink()
+    indexer.sync(store, ws, frozenset({"warm"}))
+    assert search(store, "refactored") == []
+    assert search(store, "vault"), "the other tiers stay"
+
+
+def test_appends_are_indexed_from_the_last_entry_and_equal_a_full_build(store: Store, tmp_path: Path) -> None:
+    ws = source(tmp_path / "alpha")
+    path = write_day(ws.root, TODAY, entry("09:00:00", "first entry"))
+    indexer.sync(store, ws, ALL_TIERS)
+    inode = path.stat().st_ino
+    for i in range(1, 6):
+        write_day(ws.root, TODAY, entry(f"09:0{i}:00", f"entry number {i}", "ok"), mode="a")
+        indexer.sync(store, ws, frozenset({"warm"}))
+    piece = entry("10:00:00", "written in two parts", "the second half")
+    write_day(ws.root, TODAY, piece[:10], mode="a")  # an append caught half-way (no newline yet)
+    indexer.sync(store, ws, frozenset({"warm"}))
+    write_day(ws.root, TODAY, piece[10:], mode="a")
+    indexer.sync(store, ws, frozenset({"warm"}))
+    assert path.stat().st_ino == inode
+
+    fresh = Store(tmp_path / "fresh.sqlite3")
+    indexer.sync(fresh, ws, ALL_TIERS)
+    assert store.rows("alpha") == fresh.rows("alpha")
+    assert len(store.rows("alpha")) == 7
+    assert search(store, '"second half"')[0]["lines"][0] == fresh.rows("alpha")[-1][5]
+
+
+def test_an_edit_inside_a_day_file_that_also_grows_it_is_read_again_whole(store: Store, tmp_path: Path) -> None:
+    ws = source(tmp_path / "alpha")
+    path = write_day(ws.root, TODAY, entry("09:00:00", "deploy to staging"), entry("09:30:00", "smoke tests"))
+    indexer.sync(store, ws, ALL_TIERS)
+    with open(path, "r+", encoding="utf-8") as f:  # same inode, bigger, earlier bytes changed
+        text = f.read().replace("staging", "production canary")
+        f.seek(0)
+        f.write(text)
+    indexer.sync(store, ws, frozenset({"warm"}))
+    assert search(store, "staging") == []
+    assert search(store, "canary")[0]["heading"] == "deploy to production canary"
+
+
+def test_a_file_that_cannot_be_read_keeps_its_last_rows_until_it_is_fixed(store: Store, ws: Source) -> None:
+    indexer.sync(store, ws, ALL_TIERS)
+    hot = ws.root / "hot" / "memd.json"
+    good = hot.read_bytes()
+    hot.write_text("{not json", encoding="utf-8")
+    outcome = indexer.sync(store, ws, ALL_TIERS)
+    assert outcome.errors == 1
+    assert search(store, "minutes"), "the last good notes stay searchable"
+    assert "not valid JSON" in (store.files("alpha")["hot/memd.json"].error or "")
+
+    hot.write_bytes(good.replace(b"minutes", b"hours"))
+    indexer.sync(store, ws, ALL_TIERS)
+    assert search(store, "minutes") == [] and search(store, "hours")
+
+
+def test_symlinked_tier_files_are_never_read(store: Store, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.md"
+    secret.write_text(header(TODAY) + entry("01:00:00", "password hunter2"), encoding="utf-8")
+    ws = source(tmp_path / "alpha")
+    os.symlink(secret, ws.root / "warm" / f"{TODAY}.md")
+    os.symlink(secret, ws.root / "cold" / "MEMORY.md")
+    indexer.sync(store, ws, ALL_TIERS)
+    assert search(store, "hunter2") == []
+
+
+def test_a_workspace_name_served_from_another_directory_is_indexed_afresh(
+    store: Store, ws: Source, tmp_path: Path
+) -> None:
+    indexer.sync(store, ws, ALL_TIERS)
+    other = source(tmp_path / "elsewhere")
+    write_day(other.root, TODAY, entry("11:00:00", "a different project"))
+    indexer.sync(store, other, ALL_TIERS)
+    assert search(store, "vault") == [] and search(store, "different")
+
+
+def test_a_database_of_another_schema_or_not_a_database_is_built_again(tmp_path: Path) -> None:
+    path = tmp_path / "search.sqlite3"
+    first = Store(path)
+    assert first.rebuilt
+    first.conn.execute("PRAGMA user_version = 99")
+    first.close()
+    assert Store(path).rebuilt
+    path.write_bytes(b"garbage" * 1000)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    again = Store(path)
+    assert again.rebuilt and again.empty()
+    assert oct(path.stat().st_mode & 0o777) == "0o600", "it holds every workspace's text"
+
+
+def test_a_bulk_load_equals_row_by_row_indexing(tmp_path: Path, ws: Source) -> None:
+    one = Store(tmp_path / "one.sqlite3")
+    indexer.sync(one, ws, ALL_TIERS)
+    bulk = Store(tmp_path / "bulk.sqlite3")
+    with bulk.bulk():
+        indexer.sync(bulk, ws, ALL_TIERS)
+    assert one.rows("alpha") == bulk.rows("alpha")
+    for text in ("minutes", "refactored", "vault", "Validat", '"12 passed"'):
+        assert search(one, text) == search(bulk, text)
+
+
+# --- ranking and filters -------------------------------------------------------------------------------------------
+
+
+def test_recent_warm_entries_rank_first_and_cold_learnings_do_not_decay(store: Store, tmp_path: Path) -> None:
+    ws = source(tmp_path / "alpha")
+    text = "rotate the signing keys every 90 days"
+    write_day(ws.root, TODAY, entry("09:00:00", "today", text))
+    write_day(ws.root, TODAY - timedelta(days=300), entry("09:00:00", "long ago", text))
+    write_day(ws.root, TODAY - timedelta(days=1), *(entry("10:00:00", f"filler {i}", "unrelated") for i in range(20)))
+    (ws.root / "cold" / "MEMORY.md").write_text(f"## Keys\n- [2020-01-01] {text}\n", encoding="utf-8")
+    indexer.sync(store, ws, ALL_TIERS)
+
+    hits = search(store, "rotate signing")
+    assert [h["heading"] for h in hits][-1] == "long ago"
+    scores = {h["heading"]: h["score"] for h in hits}
+    assert scores["today"] > scores["long ago"] and scores["Keys"] > scores["long ago"]
+
+
+def test_since_until_and_tiers_narrow_the_hits(store: Store, ws: Source) -> None:
+    indexer.sync(store, ws, ALL_TIERS)
+    assert {h["tier"] for h in search(store, "jwt OR keys OR vault")} == {"hot", "warm", "cold"}
+    assert {h["tier"] for h in search(store, "jwt OR keys OR vault", filters(tiers=("cold",)))} == {"cold"}
+    dated = search(store, "jwt OR keys OR vault", filters(since="2026-03-01"))
+    assert dated and all(str(h["date"]) >= "2026-03-01" for h in dated)
+    assert [h["date"] for h in search(store, "jwt OR keys OR vault", filters(until="2023-12-31"))] == ["2023-01-01"]
+
+
+def test_a_frequent_word_ranks_its_newest_matches_and_a_small_scope_still_finds_its_own(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(searcher, "CANDIDATES", 5)
+    big = source(tmp_path / "big", "big")
+    for back in range(4):
+        day = TODAY - timedelta(days=back)
+        write_day(big.root, day, *(entry(f"0{i}:00:00", f"cache warmed {back}-{i}") for i in range(10)))
+    small = source(tmp_path / "small", "small")
+    write_day(small.root, TODAY - timedelta(days=30), entry("01:00:00", "cache cleared in small"))
+    indexer.sync(store, small, ALL_TIERS)
+    indexer.sync(store, big, ALL_TIERS)  # indexed after: its rows are the newest
+
+    hits = search(store, "cache", filters("big", "small"), limit=3)
+    assert [h["date"] for h in hits] == [TODAY.isoformat()] * 3
+    (own,) = search(store, "cache", filters("small"), limit=3)
+    assert own["heading"] == "cache cleared in small"
+
+
+def test_offset_pages_through_word_and_substring_hits_without_repeats(store: Store, tmp_path: Path) -> None:
+    ws = source(tmp_path / "alpha")
+    write_day(ws.root, TODAY, *(entry(f"0{i}:00:00", f"tokenizer step {i}") for i in range(6)))
+    write_day(ws.root, TODAY - timedelta(days=1), entry("01:00:00", "retokenize everything"))
+    indexer.sync(store, ws, ALL_TIERS)
+    every = search(store, "tokeniz", limit=50)
+    assert len(every) == 7 and len({(h["file"], h["lines"][0]) for h in every}) == 7
+
+
+# --- documents --------------------------------------------------------------------------------------------------------
+
+
+def test_a_day_files_tail_is_where_its_last_entry_starts() -> None:
+    data = (header(TODAY) + entry("09:00:00", "a") + entry("09:10:00", "b", "ok")).encode()
+    docs, tail = documents.warm_day(data, TODAY.isoformat())
+    assert [(d.line_start, d.line_end) for d in docs] == [(3, 3), (5, 6)]
+    assert tail == DayTail(data.index(b"### 09:10:00"), 5, True)
+    more, _ = documents.warm_day(data[tail.offset :] + entry("09:20:00", "c").encode(), TODAY.isoformat(), tail)
+    assert [(d.heading, d.line_start) for d in more] == [("b", 5), ("c", 8)]
+
+
+def test_hot_items_without_ids_are_located_by_their_text_in_order() -> None:
+    doc = {"notes": [{"text": "same"}, {"text": "same"}, {"text": "other"}]}
+    raw = json.dumps(doc, indent=2)
+    lines = [d.line_start for d in documents.hot(doc, raw)]
+    assert lines == [4, 7, 10]
+    assert [raw.split("\n")[n - 1].strip() for n in lines] == ['"text": "same"', '"text": "same"', '"text": "other"']
+
+
+_PIECES = [
+    "### 09:00:00 - deploy\n",
+    "### 09:00:01 -\n",
+    "### 09:00:02 - crlf\r\n",
+    "### 9:00:00 - not an entry\n",
+    "# Activity Log 2026-03-10 (UTC+01:00, Europe/Paris)\n",
+    "# Activity Log 2026-03-10\n",
+    "```\n",
+    "key: value\n",
+    "    continued\n",
+    "Result: ok\n",
+    "prose line\n",
+    "\n",
+    "\ufeff",
+    "### 10:00:00 - café ☕\n",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30), st.integers(min_value=0, max_value=2000))
+def test_entries_are_those_the_warm_parser_reads_and_an_append_reads_the_same(pieces: list[str], cut: int) -> None:
+    data = "".join(pieces).encode()
+    whole, _ = documents.warm_day(data, "2026-03-10")
+    expected = warm_format.parse_day(data.decode())
+    assert [(d.time, d.heading) for d in whole] == [(e.time, e.action) for e in expected]
+
+    cut = min(cut, len(data))
+    _, tail = documents.warm_day(data[:cut], "2026-03-10")
+    resumed, _ = documents.warm_day(data[tail.offset :], "2026-03-10", tail)
+    before = [d for d in whole if d.line_start < tail.line]
+    assert before + resumed == whole
