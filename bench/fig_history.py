@@ -30,7 +30,7 @@ def _build_history(ws: Path, commits: int) -> None:
     for tier in ("hot", "warm", "cold"):
         (ws / tier).mkdir(parents=True, exist_ok=True)
     today = datetime.now(UTC).date().isoformat()
-    (ws / "hot" / "context.json").write_text(json.dumps({"task": "history bench", "notes": []}, indent=2) + "\n")
+    (ws / "hot" / "context.json").write_text(json.dumps({"task": "history bench"}, indent=2) + "\n")
     (ws / "cold" / "MEMORY.md").write_text(f"# Agent Memory\n\n## Setup\n- [{today}] created\n")
     _git(ws, "init", "--quiet", "--initial-branch=main")
     _git(ws, "config", "memd.managed", "true")
@@ -39,7 +39,7 @@ def _build_history(ws: Path, commits: int) -> None:
     chunks: list[bytes] = []
     t = 1_700_000_000
     for i in range(commits):
-        hot = json.dumps({"task": "history bench", "current_step": f"step {i}", "notes": []}, indent=2).encode()
+        hot = json.dumps({"task": "history bench", "current_step": f"step {i}"}, indent=2).encode()
         msg = f"memd: writes (hot)\n\nMemd-Reason: writes\nMemd-Step: step {i}\n".encode()
         chunks.append(b"commit refs/heads/main\n")
         chunks.append(f"committer memd <memd@localhost> {t + i} +0000\n".encode())

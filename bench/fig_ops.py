@@ -98,7 +98,7 @@ def _make_workspaces(root: Path, count: int) -> list[Path]:
             continue
         for tier in ("hot", "warm", "cold"):
             (ws / tier).mkdir(parents=True)
-        (ws / "hot" / "context.json").write_text(json.dumps({"task": f"agent {i}", "notes": []}, indent=2))
+        (ws / "hot" / "context.json").write_text(json.dumps({"task": f"agent {i}"}, indent=2))
         (ws / "cold" / "MEMORY.md").write_text(f"# Agent Memory\n\n## Setup\n- [{today}] workspace {i} exists\n")
         (ws / "warm" / f"{today}.md").write_text(f"# Activity Log {today}\n\n### 09:00:00 - started\n\n")
     return paths

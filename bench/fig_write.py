@@ -208,7 +208,7 @@ def fig3_hot(s: Settings) -> list[Row]:
     m16: list[LoadResult] = []
     raw: list[LoadResult] = []
     sizes: list[int] = []
-    hot_file = root / "ws" / "hot" / "context.json"
+    hot_file = root / "ws" / "hot" / "memd.json"  # where hot.note writes: memd's own hot file, the bigger one
     seen1: list[Observed] = []
     seen16: list[Observed] = []
     with Daemon(root, base_config(root, {WS: root / "ws"})).start() as d:
@@ -224,7 +224,7 @@ def fig3_hot(s: Settings) -> list[Row]:
     size_kib = sum(sizes) / len(sizes) / 1024
     cp = status.get("checkpoint") or {}
     note = (
-        f"hot/context.json ~{size_kib:.0f} KiB during the run; automatic checkpoints: {cp.get('runs')} done, "
+        f"hot/memd.json ~{size_kib:.0f} KiB during the run; automatic checkpoints: {cp.get('runs')} done, "
         f"last error: {cp.get('last_error')}"
     )
     peer = f"raw atomic replace {size_kib:.0f} KiB"

@@ -284,7 +284,7 @@ def forged_structure(text: str, task: str, step: str) -> list[str]:
 
 def _workspace_text(path: Path) -> str:
     parts = []
-    for rel in ("hot/context.json", "cold/MEMORY.md"):
+    for rel in ("hot/context.json", "hot/memd.json", "cold/MEMORY.md"):
         with contextlib.suppress(OSError):
             parts.append((path / rel).read_text(encoding="utf-8", errors="replace"))
     for day in sorted((path / "warm").glob("*.md")):
@@ -631,8 +631,9 @@ After each session: `context.get` with the default budgets (what an agent loads)
 files and its whole git history (`git log -p --all`). Columns:
 
 - *facts in context.get*: keys in `context.get`'s text; *in hot summary*: keys in the hot tier's summary;
-  *in workspace files*: keys anywhere in `hot/context.json`, `warm/*.md`, `cold/MEMORY.md`; *in git*: keys
-  anywhere in the snapshot history; *only in git*: in git but in no current file (recoverable only by hand).
+  *in workspace files*: keys anywhere in `hot/context.json`, `hot/memd.json`, `warm/*.md`, `cold/MEMORY.md`;
+  *in git*: keys anywhere in the snapshot history; *only in git*: in git but in no current file (recoverable only by
+  hand).
 - *pinned identical*: task, current step, pending actions, files modified and the newest {KEEP_DECISIONS}
   decisions in `hot.get` byte-identical to what the session wrote last (5 fields per session); *pinned in
   context.get*: the same fields shown in `context.get`.

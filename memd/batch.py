@@ -17,10 +17,10 @@ from datetime import date, datetime
 from typing import Any, TypeVar
 
 from memd import fsio
-from memd.tiers import cold_format, warm_format
+from memd.tiers import cold_format, hot_format, warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_format import HotDoc
-from memd.tiers.hot_store import HotStore
+from memd.tiers.hot_store import HotStore, HotWrites
 from memd.tiers.warm_format import WarmEntry
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ class Draft:
     warm_text: list[str] = field(default_factory=list)
     hot: HotDoc | None = None  # None: no edit touched the hot tier
     cold: str | None = None  # None: no edit touched the cold tier
+    normalize_hot: bool = False  # move memd's keys to hot/memd.json and the article's to hot/context.json
 
     def set_hot(self, doc: HotDoc) -> None:
         self.hot = doc
@@ -54,6 +55,16 @@ class Draft:
         else:
             self._hot_store.require_valid()
         return self.hot
+
+    def split_hot(self) -> bool:
+        """Write the hot tier in its two-file layout (format 2): memd's own keys in hot/memd.json, the article's
+        in hot/context.json. Returns whether anything had to move."""
+        doc = self.edit_hot()
+        moving = self._hot_store.needs_split
+        if moving or doc.get("version") != hot_format.SCHEMA_VERSION:
+            self.hot = {**doc, "version": hot_format.SCHEMA_VERSION}
+        self.normalize_hot = True
+        return moving
 
     def log(self, action: str, details: tuple[tuple[str, str], ...] = (), result: str | None = None) -> WarmEntry:
         entry = WarmEntry(time=self.local.strftime("%H:%M:%S"), action=action, details=details, result=result)
@@ -89,7 +100,7 @@ class Batch:
     replans: int = 0  # how often a person's edit made this batch plan again on their version
     warm_write: fsio.FileWrite | None = None
     cold_write: fsio.FileWrite | None = None
-    hot_write: fsio.FileWrite | None = None
+    hot_writes: HotWrites | None = None  # the replaces of hot/memd.json and hot/context.json, when any
     writes: list[fsio.FileWrite] = field(default_factory=list)
     warm_tokens: int | None = None  # counted while the write is in flight
     hot_tokens: int | None = None

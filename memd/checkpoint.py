@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import secrets
@@ -46,7 +47,8 @@ from memd.tiers.hot_format import HotDoc
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
-RECORDS_KEPT = 10  # records kept in hot/context.json; every one is also in git history and warm
+_FIELD = {"note": "notes", "decision": "decisions"}
+RECORDS_KEPT = 10  # records kept in hot/memd.json; every one is also in git history and warm
 
 
 @dataclass
@@ -202,19 +204,34 @@ class Checkpointer:
             summary = self.verify(ws, plan, result)
         summary = without_fold_line(summary).rstrip("\n") + "\n"
         checkpoint_id = f"ckpt-{ws.clock.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-        keys = {e.key for e in plan.entries if e.kind != "summary"}
+        # Keys per list: a tool that numbers its notes and decisions alike ("id": "4" in both) must not make a
+        # compressed note remove a pinned decision.
+        keys = {(_FIELD[e.kind], e.key) for e in plan.entries if e.kind != "summary"}
         # What was summarized, exactly: an entry edited while the summarizer ran (same id, new text) is not what
         # the summary covers, so it stays in hot with its new text instead of being removed by its key.
         summarized = {
-            k: entry
+            (field, k): entry
             for field in ("notes", "decisions")
             for k, entry in keyed(list(planned_doc.get(field) or []))
-            if k in keys
+            if (field, k) in keys
         }
         flush = self.config.flush_to_warm
 
-        def compressed(key: str, entry: dict[str, Any]) -> bool:
-            return key in summarized and summarized[key] == entry
+        def compressed(field: str, key: str, entry: dict[str, Any]) -> bool:
+            return summarized.get((field, key)) == entry
+
+        def to_remove(doc: HotDoc) -> list[tuple[str, dict[str, Any], str]]:
+            decisions, notes = keyed(list(doc.get("decisions") or [])), keyed(list(doc.get("notes") or []))
+            return [(k, e, "decision") for k, e in decisions if compressed("decisions", k, e)] + [
+                (k, e, "note") for k, e in notes if compressed("notes", k, e)
+            ]
+
+        def flush_first(draft: Draft) -> int:
+            """The flush as a batch of its own, durable before the apply (contract 3: what a checkpoint compresses
+            is in the warm log first, whatever happens to the apply)."""
+            return flush_to_warm(ws, draft, checkpoint_id, to_remove(draft.edit_hot()))
+
+        flushed_first = await ws.write(flush_first) if flush else 0
 
         def apply(draft: Draft) -> dict[str, Any]:
             doc = draft.edit_hot()
@@ -222,17 +239,21 @@ class Checkpointer:
                 raise CheckpointFailed("the summary was changed while the checkpoint ran; nothing applied")
             new = dict(doc)
             notes, decisions = keyed(list(doc.get("notes") or [])), keyed(list(doc.get("decisions") or []))
-            new["notes"] = [n for k, n in notes if not compressed(k, n)]
-            new["decisions"] = [d for k, d in decisions if not compressed(k, d)]
-            removed = [(k, e, "decision") for k, e in decisions if compressed(k, e)]
-            removed += [(k, e, "note") for k, e in notes if compressed(k, e)]
-            edited = sorted(k for k, e in [*notes, *decisions] if k in summarized and not compressed(k, e))
+            new["notes"] = [n for k, n in notes if not compressed("notes", k, n)]
+            new["decisions"] = [d for k, d in decisions if not compressed("decisions", k, d)]
+            removed = to_remove(doc)
+            edited = sorted(
+                k
+                for field, entries in (("notes", notes), ("decisions", decisions))
+                for k, e in entries
+                if (field, k) in summarized and not compressed(field, k, e)
+            )
             new["summary"] = summary + fold_line(plan.summary_before, len(removed), pre_commit)
             # Writes during the call (a new step, decision or note) are fine; what must never happen is that
             # removing the compressed entries touches what is pinned now.
             if pinned(new, plan.keep_decisions, plan.kept_notes) != pinned(doc, plan.keep_decisions, plan.kept_notes):
                 raise CheckpointFailed("applying the summary would change pinned context; nothing applied")
-            flushed = flush_to_warm(ws, draft, checkpoint_id, removed) if flush else 0
+            flushed = flushed_first + (flush_to_warm(ws, draft, checkpoint_id, removed) if flush else 0)
             tokens_after = ws.hot.count(new)
             record = {
                 "id": checkpoint_id,
@@ -241,7 +262,12 @@ class Checkpointer:
                 "tokens_after": tokens_after,
                 "entries_compressed": len(removed),
                 "compressed": sorted(k for k, _, _ in removed) + (["summary"] if plan.summary_before else []),
+                "compressed_by_list": {
+                    "notes": sorted(k for k, _, kind in removed if kind == "note"),
+                    "decisions": sorted(k for k, _, kind in removed if kind == "decision"),
+                },
                 "kept_edited": edited,
+                "summary_sha256": hashlib.sha256(new["summary"].encode()).hexdigest(),
                 "flushed_to_warm": flushed,
                 "pre_commit": pre_commit,
                 "post_commit": "",
@@ -389,16 +415,28 @@ class Checkpointer:
             if record.get("post_commit")
             else None
         )
-        keys = {k for k in record.get("compressed") or [] if k != "summary"}
+        by_list = record.get("compressed_by_list")
+        every = {k for k in record.get("compressed") or [] if k != "summary"}
         originals = {
-            field: [e for k, e in keyed(list(before.get(field) or [])) if k in keys] for field in ("notes", "decisions")
+            field: [
+                e
+                for k, e in keyed(list(before.get(field) or []))
+                if k in (set(by_list.get(field) or []) if isinstance(by_list, dict) else every)
+            ]
+            for field in ("notes", "decisions")
         }
+        digest = record.get("summary_sha256")
+        if not digest and written is None:
+            raise CheckpointFailed(
+                f"checkpoint {checkpoint_id!r} has neither a summary digest nor a post-state commit, so memd cannot "
+                "tell whether its summary is still the one in place; restore from git instead (memd history)"
+            )
         undo_id = checkpoint_id
 
         def apply(draft: Draft) -> dict[str, Any]:
             doc = draft.edit_hot()
             current = str(doc.get("summary") or "")
-            if written is not None and current != written:
+            if (hashlib.sha256(current.encode()).hexdigest() != digest) if digest else (current != written):
                 raise CheckpointFailed(
                     f"the summary of {ws.name!r} is no longer the one checkpoint {undo_id} wrote (a later checkpoint "
                     "or an edit replaced it); undo the later checkpoint first, or restore from git"
@@ -427,12 +465,13 @@ class Checkpointer:
         return result
 
     async def find_record(self, ws: Workspace, checkpoint_id: str) -> dict[str, Any]:
-        """A checkpoint record: from hot (the newest ten), else from the git history of hot/context.json."""
+        """A checkpoint record: from hot (the newest ten), else from the git history of hot/ (hot/memd.json, or
+        hot/context.json before format 2)."""
         for r in ws.hot.doc.get("checkpoints") or []:
             if r.get("id") == checkpoint_id:
                 return dict(r)
         if self.snapshots.config.enabled:
-            for commit in await self.snapshots.history(ws, "hot/context.json", 10_000):
+            for commit in await self.snapshots.history(ws, "hot", 10_000):
                 if checkpoint_id not in json.dumps(commit):
                     continue
                 with contextlib.suppress(MemdError, ValueError):
@@ -468,8 +507,20 @@ class Checkpointer:
         }
 
     async def _doc_at(self, ws: Workspace, commit: str) -> HotDoc:
-        raw = await self.snapshots.show(ws, commit, "hot/context.json")
-        return hot_format.parse(raw, f"{commit[:12]}:hot/context.json")
+        """The hot document at `commit`: both files merged, as the store reads them; a commit from before format 2
+        has only hot/context.json, which held everything."""
+        parts: list[HotDoc | None] = []
+        for name in (hot_format.CONTEXT_FILE, hot_format.OWN_FILE):
+            path = f"hot/{name}"
+            try:
+                raw = await self.snapshots.show(ws, commit, path)
+            except NotFound:
+                parts.append(None)
+                continue
+            parts.append(hot_format.parse(raw, f"{commit[:12]}:{path}"))
+        if parts == [None, None]:
+            raise NotFound(f"hot/ holds neither {hot_format.CONTEXT_FILE} nor {hot_format.OWN_FILE} at {commit[:12]}")
+        return hot_format.merge(parts[0], parts[1])[0]
 
     def status_for(self, name: str) -> dict[str, Any]:
         h = self.health.get(name)

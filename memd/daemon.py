@@ -29,6 +29,7 @@ from memd.jobs import Jobs
 from memd.llm import OpenAISummarizer
 from memd.protocol import Request
 from memd.registry import Registry
+from memd.search.service import SearchService
 from memd.server import Limits, Server
 from memd.snapshots import Snapshotter
 from memd.summarizer import ExtractiveSummarizer, Summarizer
@@ -75,6 +76,9 @@ class Daemon:
             spend_file=config.daemon.state_dir / "llm-spend.json",
         )
         self.registry.listeners.append(self.checkpoints.on_change)
+        # Derived state in the state dir; its listener only marks what changed (never on the ack path).
+        self.search = SearchService(config.search, config.daemon.state_dir / "search.sqlite3")
+        self.registry.listeners.append(self.search.on_change)
         self.jobs = Jobs(config.jobs, config.daemon.state_dir / "jobs.json")
         self._signals: asyncio.Queue[int] = asyncio.Queue()
         self._stop = asyncio.Event()
@@ -94,9 +98,9 @@ class Daemon:
     def refused(self) -> Mapping[str, str]:
         return self.registry.refused
 
-    async def sweep(self, workspace: str | None, dry_run: bool) -> dict[str, Any]:
+    async def sweep(self, workspace: str | None, dry_run: bool, confirm: bool = False) -> dict[str, Any]:
         targets = [self.registry.workspaces[workspace]] if workspace else list(self.registry.workspaces.values())
-        return {"results": [await ws.sweep(dry_run) for ws in targets]}
+        return {"results": [await ws.sweep(dry_run, confirm) for ws in targets]}
 
     def status(self) -> dict[str, Any]:
         return {
@@ -110,6 +114,7 @@ class Daemon:
             "last_reload": self.last_reload,
             "sync": self.registry.status(),
             "jobs": self.jobs.status(),
+            "search": self.search.status(),
             "workspaces": {name: self._workspace_status(ws) for name, ws in sorted(self.registry.workspaces.items())},
         }
 
@@ -186,6 +191,7 @@ class Daemon:
     async def start(self) -> None:
         self._lock_fd = listen.take_lock(self.config.daemon.state_dir)  # held, never closed, for the daemon's life
         self.registry.start()
+        await self.search.start(self.registry.workspaces.values())
         self.jobs.start()
         self._schedule_jobs()
         self.listener = listen.listen(self.config.server, self.env)
@@ -206,6 +212,7 @@ class Daemon:
             await asyncio.wait_for(self.checkpoints.drain(), min(timeout, 5.0))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.registry.close(), timeout)
+        await self.search.close()  # derived state: what it had not indexed yet is indexed at the next start
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.snapshots.flush("shutdown"), timeout)
         if self.server is not None:
@@ -273,7 +280,9 @@ class Daemon:
         return await self.snapshots.flush("interval flush")
 
     async def _reconcile(self) -> int:
-        return await self.registry.reconcile()
+        changed = await self.registry.reconcile()
+        self.search.mark_all(self.registry.workspaces.values())  # what no listener reports (a restore from git)
+        return changed
 
     async def _budget_scan(self) -> dict[str, Any]:
         """Catch what the write path missed (outside edits): schedule checkpoints for hot tiers over threshold."""
@@ -322,6 +331,7 @@ class Daemon:
             self.io,
             max_pending=self.config.server.max_pending_writes,
             limits=self.config.limits,
+            adoption_file=self.config.daemon.state_dir / "workspaces" / f"{ws_config.name}.json",
         )
         try:
             removed = ws.open()
@@ -364,6 +374,7 @@ class Daemon:
         self.checkpoints.max_tokens_per_day = new.llm.max_tokens_per_day
         self.checkpoints.deadline_seconds = new.llm.deadline_seconds
         self.jobs.config = new.jobs
+        self.search.reconfigure(new.search)
         self._schedule_jobs()
         self._retired = [s for s in self._retired if s.connections]
         for server in (self.server, *self._retired):

@@ -26,6 +26,7 @@ import secrets
 import signal
 import stat
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -413,6 +414,10 @@ def _stage(w: FileWrite) -> _Staged:
 
 def _publish(st: _Staged) -> None:
     w = st.write
+    if w.guarded and _current_bytes(w.path) != w.expected:
+        # Checked before memd's version becomes visible too: most outside edits are caught here, so nobody sees
+        # (or appends to) a version that is about to be withdrawn.
+        raise OutsideChange(w.path)
     if w.guarded and RENAMES.available_for(w.path):
         try:
             if w.expected is None:
@@ -436,15 +441,14 @@ def _publish(st: _Staged) -> None:
                     _unpublish(st)
                     raise OutsideChange(w.path, busy=busy)
             return
-    if w.guarded and _current_bytes(w.path) != w.expected:  # the fallback: compare, then rename
-        raise OutsideChange(w.path)
-    os.replace(st.tmp, w.path)
+    os.replace(st.tmp, w.path)  # the fallback (no RENAME_EXCHANGE here): compared just above, then renamed
     st.published = True
 
 
 def _unpublish(st: _Staged) -> None:
     """Put back what a published replace displaced, unless someone replaced the file again since (then their newer
-    version stays, as it would have without memd)."""
+    version stays, as it would have without memd). Bytes someone appended to memd's version while it was in place
+    are carried over to the file put back, so neither side's append is lost."""
     w = st.write
     if not w.guarded:  # nothing is known of what an unguarded replace displaced: it stays
         return
@@ -454,21 +458,28 @@ def _unpublish(st: _Staged) -> None:
         current = None
     if current is None or current.st_ino != st.fingerprint.ino:
         return
-    # Still memd's inode, but someone may have written into it since it went in (a `>>` into the new file):
-    # then it stays, with their bytes, rather than be swapped out and deleted.
-    if current.st_size != len(w.data) or _held_open_for_writing(w.path) or not _holds(w.path, w.data):
+    for _ in range(_WRITER_WAITS):  # a `>>` into memd's version is under way: let it land first
+        if not _held_open_for_writing(w.path):
+            break
+        time.sleep(0.001)
+    now = _current_bytes(w.path) or b""
+    if not now.startswith(w.data):  # rewritten in place on top of memd's version: that edit stays
         return
+    appended = now[len(w.data) :]
     if st.holds_displaced:
         RENAMES.exchange(st.tmp, w.path)  # the displaced file back in place; ours is the temp now
+        if appended:
+            durable_append(w.path, appended)
     elif w.expected is None:
         os.unlink(w.path)
     else:  # the rename fallback displaced the old file for good: write the planned-from bytes back
-        atomic_replace(w.path, w.expected)
+        atomic_replace(w.path, w.expected + appended)
     st.published = False
     st.holds_displaced = False
 
 
 _F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
+_WRITER_WAITS = 50  # 1 ms each
 
 
 def _held_open_for_writing(path: Path) -> bool:

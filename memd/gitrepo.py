@@ -77,7 +77,7 @@ INFO_EXCLUDE = (
     + "\n"
 )
 # The tier files proper: added with `--force` whatever the ignore rules say (see `GitRepo.stage`).
-TIER_FILES = ("hot/context.json", "cold/MEMORY.md", "cold/PROPOSED.md")
+TIER_FILES = ("hot/context.json", "hot/memd.json", "cold/MEMORY.md", "cold/PROPOSED.md")
 WARM_DIR, ARCHIVE_DIR = "warm", "warm/archive"
 DAY_FILE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
 ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it

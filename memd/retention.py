@@ -13,6 +13,11 @@ one git stores differently, e.g. through an adopted repository's `.gitattributes
 (snapshots disabled, or `warm` not snapshotted) nothing is checked, as before. Between that read and the
 `unlink` only an `lstat` (size, mtime, inode unchanged) stands.
 
+A workspace memd adopted with day files already in `warm/` (written before memd first served it: by agents written
+after the tiered-memory article, say) keeps them until a person has seen what retention will do: while its
+`Adoption` record (in the state directory, never in a tier file) is pending, a sweep only reports, and says how to
+confirm (`warm.adopted_sweep = "run"` turns this off).
+
 Archive mode hands the days to memd.archive (monthly gzip archives, replaced whole after a read-back check) and
 deletes each day file only once its archive is durable; a crash in between leaves the day file, and the next
 sweep finds it archived already and does not add it twice.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import logging
 import os
 import stat
@@ -72,6 +78,52 @@ class Held:
         if blob_id(data, len(blob)) != blob:
             return f"differs from the snapshot at {self.commit[:12]}; kept until a snapshot holds these exact bytes"
         return None
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """What memd found the first time it served a workspace: were there day files in `warm/` already (`adopted`),
+    and has a person confirmed a sweep of them since (`confirmed_at`)? Until then a sweep only reports."""
+
+    adopted: bool
+    first_served: str  # ISO 8601
+    day_files: int = 0  # day files in warm/ then
+    confirmed_at: str = ""  # when a sweep with `confirm` ran
+
+    @property
+    def pending(self) -> bool:
+        return self.adopted and not self.confirmed_at
+
+    def confirmed(self, at: str) -> Adoption:
+        return Adoption(self.adopted, self.first_served, self.day_files, at)
+
+
+def load_adoption(path: Path) -> Adoption | None:
+    """The workspace's adoption record, or None when memd has not served it before (no record)."""
+    try:
+        data = json.loads(path.read_bytes())
+        return Adoption(
+            bool(data["adopted"]),
+            str(data["first_served"]),
+            int(data.get("day_files", 0)),
+            str(data.get("confirmed_at") or ""),
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.warning("adoption record %s is unreadable (%s): its sweeps only report until one is confirmed", path, exc)
+        return Adoption(True, "", 0)  # the safe reading: keep the days
+
+
+def save_adoption(path: Path, adoption: Adoption) -> None:
+    fsio.ensure_dir(path.parent, 0o700)
+    data = {
+        "adopted": adoption.adopted,
+        "first_served": adoption.first_served,
+        "day_files": adoption.day_files,
+        "confirmed_at": adoption.confirmed_at,
+    }
+    fsio.atomic_replace(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
 
 
 def blob_id(data: bytes, hex_digits: int = 40) -> str:

@@ -11,6 +11,10 @@ restart: the old history is gone (logged once), the new one starts from the file
 commit and before any `git init`, the workspace directory must still be the one memd opened
 (`Workspace.check_identity`; `GitRepo` checks it again before each git command), so a directory swapped for a
 symlink is never initialised or committed through.
+The hot tier's layout change (memd's own keys out of hot/context.json into hot/memd.json) is made here too, since
+it must follow a commit of the state before it: `split_hot` commits, has the writer split, commits again; it runs
+when a workspace is tracked, when a change or restore leaves memd's keys in context.json, and from every flush
+until it succeeds.
 Before a retention sweep deletes, `before_destructive` commits and hands back what git holds of `warm/` at HEAD
 (`retention.Held`); the sweep deletes or archives only the days whose bytes are that blob.
 Imports memd.gitrepo, memd.workspace, memd.retention (its `Held`), memd.debounce, memd.config and memd.errors.
@@ -64,6 +68,7 @@ class Snapshotter:
         self._states: dict[str, RepoState] = {}
         self._workspaces: dict[str, Workspace] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._splitting: set[str] = set()  # workspaces whose hot split is scheduled or running
         self._debounce: Debouncer[str] = Debouncer(config.settle_seconds, config.max_wait_seconds, self._fire)
         try:
             self._git: str | None = find_git()
@@ -80,6 +85,7 @@ class Snapshotter:
         self._workspaces[ws.name] = ws
         self._states.setdefault(ws.name, RepoState())
         ws.before_destructive = self.before_destructive
+        self._maybe_split(ws)
 
     def reconfigure(self, config: SnapshotConfig) -> None:
         self.config = config
@@ -94,6 +100,8 @@ class Snapshotter:
 
     def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
         """Registry listener: schedule a debounced snapshot when a snapshotted tier changed."""
+        if "hot" in tiers:
+            self._maybe_split(ws)
         relevant = tiers & set(self.config.paths)
         if not relevant or not self.config.enabled:
             return
@@ -147,6 +155,8 @@ class Snapshotter:
     async def flush(self, reason: str) -> int:
         """Snapshot every dirty workspace now (interval job, shutdown). Returns commits made."""
         self._debounce.drain()  # what was waiting to settle is committed below, under this reason
+        for tracked in list(self._workspaces.values()):
+            self._maybe_split(tracked)  # one postponed because a commit failed is tried again
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         made = 0
@@ -275,6 +285,51 @@ class Snapshotter:
             except GitError as exc:
                 raise Unavailable(f"snapshot repository of {ws.name!r} is unusable: {exc.message}") from None
 
+    # --- the hot tier's two files ----------------------------------------------------------------------------
+
+    def _maybe_split(self, ws: Workspace) -> None:
+        if not ws.hot.needs_split or ws.name in self._splitting:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not serving yet: the next change or flush schedules it
+            return
+        self._splitting.add(ws.name)
+        self._spawn(self.split_hot(ws))
+
+    async def split_hot(self, ws: Workspace) -> bool:
+        """Move memd's own hot state out of hot/context.json into hot/memd.json (a workspace from before format 2,
+        a restored old hot/, a person's edit of one of memd's keys), after committing the state as it is: that
+        commit undoes it (`memd restore NAME <commit> hot`). When the commit fails, nothing moves (writes keep the
+        keys where they are) and the next flush tries again. Returns whether anything moved."""
+        try:
+            if ws.name not in self._workspaces:
+                self.track(ws)
+            state = self._states[ws.name]
+            async with state.lock:
+                if not ws.hot.needs_split:
+                    return False
+                commits = self.config.enabled and self._git is not None and "hot" in self.config.paths
+                before = ""
+                if commits:
+                    before, _ = await self._snapshot_locked(ws, state, "before hot split", None)
+                    if not before:
+                        log.warning(
+                            "workspace %s: hot/context.json keeps memd's keys until its state can be committed "
+                            "first (%s)", ws.name, state.last_error or "unknown snapshot error",
+                        )  # fmt: skip
+                        return False
+                try:
+                    moved = await ws.split_hot()
+                except MemdError as exc:  # a corrupt file, the workspace closing: tried again later
+                    log.warning("workspace %s: hot split postponed: %s", ws.name, exc.message)
+                    return False
+                if moved and commits:
+                    await self._snapshot_locked(ws, state, "hot split", {"Memd-Hot-Split-From": before})
+                return moved
+        finally:
+            self._splitting.discard(ws.name)
+
     # --- history and restore ---------------------------------------------------------------------------------
 
     async def history(self, ws: Workspace, path: str | None, limit: int) -> list[dict[str, Any]]:
@@ -310,6 +365,7 @@ class Snapshotter:
             changed = await ws.restore_files(files, list(paths))
             trailers = {"Memd-Restored-From": commit}
             after, created = await self._snapshot_locked(ws, state, f"restore of {commit[:12]}", trailers)
+        self._maybe_split(ws)  # a restored hot/ from before format 2 is split again, after its commit
         if not created and changed:
             raise MemdError(f"restored files but could not commit the result: {state.last_error or 'unknown'}")
         return {"rev": commit, "before": before, "after": after, "changed": changed}

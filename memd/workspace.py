@@ -19,6 +19,7 @@ memd.exclusive, memd.config and memd.errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 from collections.abc import Awaitable, Callable
@@ -76,6 +77,7 @@ class Workspace:
         max_pending: int = 10_000,
         on_commit: Callable[[Workspace, frozenset[str]], None] | None = None,
         limits: LimitsConfig | None = None,
+        adoption_file: Path | None = None,
     ) -> None:
         limits = limits or LimitsConfig()
         self.config = config
@@ -95,6 +97,10 @@ class Workspace:
         self._queue: list[tuple[Edit[Any], asyncio.Future[Any]]] = []
         self.before_destructive: Callable[[Workspace, str], Awaitable[retention.Held | None]] | None = None
         self.last_sweep: dict[str, Any] = {}
+        # Where memd records whether this workspace had day files before it first served it (the state dir), and
+        # what it found; None: not recorded, sweeps run as configured.
+        self._adoption_file = adoption_file
+        self.adoption: retention.Adoption | None = None
         self._exclusive = ExclusiveLock()  # a batch, or a sweep: never both at once
         self._batching = False  # a batch is waiting for the lock, being planned or being written
         self._idle_waiters: list[asyncio.Future[None]] = []
@@ -116,7 +122,33 @@ class Workspace:
         self.warm.scan()
         for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
             self.warm.tokens_for(day)  # a 10 MB day file is counted now, not by the first write after start
+        self._record_adoption()
         return [str(p) for p in removed]
+
+    def _record_adoption(self) -> None:
+        """The first time memd serves this workspace, record whether warm/ already held day files that memd did not
+        write (hot/ shows memd's hand: hot/memd.json, or the `version` key memd has always written). Those stay
+        until a person confirms a sweep (retention.Adoption)."""
+        if self._adoption_file is None:
+            return
+        self.adoption = retention.load_adoption(self._adoption_file)
+        if self.adoption is not None:
+            self.warm.zoneless_as_written = self.adoption.adopted
+            return
+        served_before = self.hot.own_fingerprint is not None or "version" in self.hot.origin
+        days = len(self.warm.days)
+        now = self.clock.now().isoformat(timespec="seconds")
+        self.adoption = retention.Adoption(days > 0 and not served_before, now, days)
+        self.warm.zoneless_as_written = self.adoption.adopted  # their day files are another tool's: text as written
+        if self.adoption.adopted:
+            log.info(
+                "workspace %s: adopted with %d day file(s) in warm/; retention only reports until a sweep is confirmed",
+                self.name, days,
+            )  # fmt: skip
+        try:
+            retention.save_adoption(self._adoption_file, self.adoption)
+        except OSError as exc:
+            log.warning("workspace %s: could not record its adoption in %s: %s", self.name, self._adoption_file, exc)
 
     def reconfigure(self, config: WorkspaceConfig, limits: LimitsConfig | None = None) -> None:
         """Take a reloaded config for the same directory (budgets, retention, access lists, file size caps)."""
@@ -218,7 +250,7 @@ class Workspace:
         try:
             if plan.warm_write is not None:
                 plan.warm_tokens = self.warm.count_append(plan.warm_write)
-            if plan.hot_write is not None and plan.draft.hot is not None:
+            if plan.hot_writes is not None and plan.draft.hot is not None:
                 plan.hot_tokens = self.hot.count(plan.draft.hot)
         except Exception:
             log.exception("workspace %s: counting tokens ahead failed", self.name)
@@ -254,16 +286,18 @@ class Workspace:
         if draft.warm:
             try:
                 self.warm.refresh_day(today)
-                plan.warm_write = self.warm.plan_append(today, draft.warm_text)
+                header = warm_format.day_header(today, warm_format.zone_label(local, self.config.warm.timezone))
+                plan.warm_write = self.warm.plan_append(today, draft.warm_text, header)
             except OSError as exc:  # today's file is a symlink, a FIFO, unreadable: refuse, never follow
                 self._fail(accepted, exc)
                 return None
         if draft.cold is not None and draft.cold is not self.cold.text:
             plan.cold_write = self.cold.write_for(draft.cold)
-        if draft.hot is not None and draft.hot is not self.hot.doc:
-            plan.hot_write = self.hot.write_for(draft.hot)
+        if draft.hot is not None and (draft.hot is not self.hot.doc or draft.normalize_hot):
+            plan.hot_writes = self.hot.writes_for(draft.hot, draft.normalize_hot) or None
+        hot_writes = plan.hot_writes.writes if plan.hot_writes is not None else []
         for write, cap, key in (
-            (plan.hot_write, self.hot.max_bytes, "hot_max_bytes"),
+            *((w, self.hot.max_bytes, "hot_max_bytes") for w in hot_writes),
             (plan.cold_write, self.cold.max_bytes, "cold_max_bytes"),
         ):
             if write is not None and len(write.data) > cap:  # memd would write a file it then refuses to read
@@ -276,7 +310,7 @@ class Workspace:
                     ),
                 )
                 return None
-        plan.writes = [w for w in (plan.warm_write, plan.cold_write, plan.hot_write) if w is not None]
+        plan.writes = [w for w in (plan.warm_write, plan.cold_write, *hot_writes) if w is not None]
         return plan
 
     def _written(self, plan: Batch, done: Future[list[fsio.Fingerprint]]) -> None:
@@ -332,10 +366,16 @@ class Workspace:
         return True
 
     def _replan_now(self, plan: Batch, path: Path) -> None:
-        if path == self.hot.path:
-            self.hot.load()
-        elif path == self.cold.path:
-            self.cold.load()
+        try:
+            if path in self.hot.paths:
+                self.hot.load()
+            elif path == self.cold.path:
+                self.cold.load()
+        except Exception as exc:  # hot/ replaced by a file, no permission: fail the batch, never hang the writer
+            log.exception("workspace %s: re-reading %s for a re-plan failed", self.name, path)
+            fail_futures((f for f, _ in plan.accepted), StorageError(f"could not re-read {path}: {exc}"))
+            self._end_batch()
+            return
         self._plan_and_write(plan.requests, plan.replans + 1)
 
     def _acknowledge(self, plan: Batch, changed: frozenset[str]) -> None:
@@ -369,9 +409,9 @@ class Workspace:
         if plan.cold_write is not None and draft.cold is not None:
             self.cold.commit(draft.cold, plan.cold_write, by_write[id(plan.cold_write)])
             changed.add("cold")
-        if plan.hot_write is not None and draft.hot is not None:
+        if plan.hot_writes is not None and draft.hot is not None:
             tokens = self.hot.count(draft.hot) if plan.hot_tokens is None else plan.hot_tokens
-            self.hot.commit(draft.hot, plan.hot_write, by_write[id(plan.hot_write)], tokens)
+            self.hot.commit(draft.hot, plan.hot_writes, [by_write[id(w)] for w in plan.hot_writes.writes], tokens)
             changed.add("hot")
         return frozenset(changed)
 
@@ -384,8 +424,19 @@ class Workspace:
         self.health.last_write_error_at = self.clock.now().isoformat(timespec="seconds")
         log.error("%s", message)
         # What reached the disk before the failure is re-read on the next batch (fingerprints differ).
-        self.hot.fingerprint = self.cold.fingerprint = None
+        self.hot.forget()
+        self.cold.fingerprint = None
         fail_futures((f for f, _ in accepted), StorageError(message, data={"errno": exc.errno}))
+
+    async def split_hot(self) -> bool:
+        """Write the hot tier in its two-file layout: memd's own keys (notes, summary, checkpoint records, version)
+        to hot/memd.json, the article's to hot/context.json, through the writer (guarded, all or none). The
+        snapshotter calls it once it has committed the state as it is, so the commit before undoes it. Returns
+        whether anything moved."""
+        moved: bool = await self.write(lambda draft: draft.split_hot())
+        if moved:
+            log.info("workspace %s: moved memd's own hot state from hot/context.json to hot/memd.json", self.name)
+        return moved
 
     @property
     def exclusive(self) -> ExclusiveLock:
@@ -404,15 +455,17 @@ class Workspace:
 
     # --- retention -----------------------------------------------------------------------------------------
 
-    async def sweep(self, dry_run: bool) -> dict[str, Any]:
-        """Delete or archive expired warm days (exactly what a dry run lists); log it in today's warm file."""
+    async def sweep(self, dry_run: bool, confirm: bool = False) -> dict[str, Any]:
+        """Delete or archive expired warm days (exactly what a dry run lists); log it in today's warm file.
+        A workspace adopted with day files only reports (`held`) until a sweep is run with `confirm`."""
         policy = self.config.warm
         today = self.today()
         loop = asyncio.get_running_loop()
         outcome = retention.SweepOutcome()
         self.check_identity()
         plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
-        if plan.expired and not dry_run:
+        report_only = not dry_run and self._retention_held(confirm)
+        if plan.expired and not dry_run and not report_only:
             held = None  # what git holds of warm/ (None: snapshots off or without warm, nothing is checked)
             if self.before_destructive is not None:  # commits the files first; takes the writer itself
                 held = await self.before_destructive(self, "retention")
@@ -446,6 +499,8 @@ class Workspace:
             "warnings": outcome.warnings,
             "at": self.clock.now().isoformat(timespec="seconds"),
         }
+        if report_only:
+            return await self._report_held(result)
         removed = outcome.removed
         if removed:
             details = (("mode", policy.mode), ("removed", ", ".join(removed)))
@@ -457,12 +512,49 @@ class Workspace:
             self.last_sweep = result
         return result
 
+    def _retention_held(self, confirm: bool) -> bool:
+        """Does this real sweep only report? Yes while the workspace's adoption is pending, unless this sweep
+        confirms it (which is recorded, so later sweeps run too) or warm.adopted_sweep = "run"."""
+        if self.adoption is None or not self.adoption.pending or self.config.warm.adopted_sweep == "run":
+            return False
+        if not confirm:
+            return True
+        self.adoption = self.adoption.confirmed(self.clock.now().isoformat(timespec="seconds"))
+        if self._adoption_file is not None:
+            try:
+                retention.save_adoption(self._adoption_file, self.adoption)
+            except OSError as exc:  # confirmed for this run; the next start asks again
+                log.warning("workspace %s: could not record the confirmation: %s", self.name, exc)
+        log.info("workspace %s: retention confirmed; sweeps of its adopted day files run from now on", self.name)
+        return False
+
+    async def _report_held(self, result: dict[str, Any]) -> dict[str, Any]:
+        expired = result["expired"]
+        how = f"memd sweep {self.name} --confirm (retention.sweep with confirm: true)"
+        result.update(
+            held=True,
+            confirm=how,
+            reason=(
+                f"workspace {self.name!r} had day files in warm/ before memd first served it: sweeps only report "
+                f'what they would remove until one is confirmed with {how}, or warm.adopted_sweep = "run"'
+            ),
+        )
+        if expired:
+            details = (("held", ", ".join(expired)), ("confirm", how))
+            note = f"held: {len(expired)} day file(s) kept until a sweep is confirmed"
+            try:
+                await self.write(lambda draft: draft.log("retention-sweep", details, note))
+            except MemdError as exc:
+                result["log_error"] = exc.message
+        self.last_sweep = result
+        return result
+
     # --- reads ----------------------------------------------------------------------------------------------
 
     def looks_changed(self) -> bool:
         """Did any tier file change outside memd? Stat only, nothing read: cheap enough for the loop."""
         return (
-            fsio.fingerprint(self.hot.path) != self.hot.fingerprint
+            self.hot.looks_changed()
             or fsio.fingerprint(self.cold.path) != self.cold.fingerprint
             or self.warm.looks_changed()
         )
@@ -476,12 +568,22 @@ class Workspace:
         self._adopting = True
         try:
             async with self._exclusive:
-                return await asyncio.get_running_loop().run_in_executor(self._io, self._refresh_and_count)
+                work = asyncio.get_running_loop().run_in_executor(self._io, self._refresh_and_count)
+                try:
+                    return await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    # Cancelled (a job's timeout, shutdown): the worker still changes the stores, so the writer
+                    # stays locked until it has finished, never planning a batch on a half-loaded store.
+                    with contextlib.suppress(Exception):
+                        await work
+                    raise
         finally:
             self._adopting = False
 
     def _refresh_and_count(self) -> set[str]:
         changed = self._refresh_now()
+        if self.health.identity_error:  # nothing is read through a swapped-in directory
+            return changed
         for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
             self.warm.tokens_for(day)  # counted here, not by the next read on the loop
         if "cold" in changed:
@@ -503,7 +605,7 @@ class Workspace:
             return set()
         writing = self._in_flight
         changed = set()
-        if (writing is None or writing.hot_write is None) and self.hot.refresh():
+        if (writing is None or writing.hot_writes is None) and self.hot.refresh():
             changed.add("hot")
         if self.warm.scan(skip=writing.today if writing is not None and writing.warm_write is not None else None):
             changed.add("warm")
@@ -521,7 +623,7 @@ class Workspace:
 
         def load() -> list[WarmEntry] | None:
             text = retention.read_archived_day(directory, day, cap)
-            return None if text is None else warm_format.parse_day(text)
+            return None if text is None else warm_format.parse_day(text, self.warm.zoneless_as_written)
 
         entries = await asyncio.get_running_loop().run_in_executor(self._io, load)
         return (entries, "archive") if entries is not None else ([], "none")

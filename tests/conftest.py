@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harness import RunningDaemon, base_config
+
+# warm.timezone defaults to the machine's zone ($TZ, /etc/localtime): the suite, and every daemon it starts, runs in
+# UTC whatever machine it is on, and a test of another zone sets it in the config or in the environment it passes.
+os.environ["TZ"] = "UTC"
+time.tzset()
 
 
 @pytest.fixture(autouse=True)

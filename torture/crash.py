@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memd.checkpoint_plan import entry_key
+from memd.tiers import hot_format
 from torture import verify
 from torture.lib import (
     Context,
@@ -87,6 +88,7 @@ def crash_loop(ctx: Context, report: Report) -> None:
     acked_total = 0
     kinds: dict[str, int] = {}
     startup_kills = git_caught = fsck_runs = fsck_bad = 0
+    write_runs = idle_runs = 0  # iterations whose writers were let loose; those that got no write acknowledged
     lost: list[str] = []
     it = 0
     epoch = 0
@@ -135,6 +137,10 @@ def crash_loop(ctx: Context, report: Report) -> None:
                     d.kill9()
                     if writers.wait(15):
                         report.fail(f"iteration {it}: writers did not notice the dead daemon within 15 s")
+                    acked_now, unconnected = writer_outcome(writers)
+                    report.check(not unconnected, f"iteration {it}: writers {unconnected} never reached the daemon")
+                    write_runs += 1
+                    idle_runs += int(acked_now == 0)
                 t_kill = time.monotonic()
                 d.reap_group(10)
                 t_reap = time.monotonic()
@@ -158,6 +164,12 @@ def crash_loop(ctx: Context, report: Report) -> None:
             d.close()
     for x in lost[:50]:
         report.fail(f"LOST: {x}")
+    # A loop in which nothing was acknowledged proves nothing: every write must be checkable against a kill.
+    report.check(acked_total > 0, f"the crash loop acknowledged no write in {it} kills: nothing was tested")
+    report.check(
+        idle_runs * 4 <= write_runs,
+        f"{idle_runs} of {write_runs} runs with writers ended with no write acknowledged (at most a quarter may)",
+    )
     elapsed = time.monotonic() - started
     report.count("crashes", it)
     report.count("acked", acked_total)
@@ -170,8 +182,26 @@ def crash_loop(ctx: Context, report: Report) -> None:
     report.figure(
         "  acknowledged",
         f"{acked_total:,} writes (warm {kinds.get('w', 0):,}, hot {kinds.get('h', 0):,}, cold {kinds.get('c', 0):,}, "
-        f"decisions {kinds.get('d', 0):,}); {len(lost)} lost; git fsck clean {fsck_runs - fsck_bad}/{fsck_runs}",
+        f"decisions {kinds.get('d', 0):,}); {len(lost)} lost; git fsck clean {fsck_runs - fsck_bad}/{fsck_runs}; "
+        f"{write_runs - idle_runs}/{write_runs} runs with writers had writes acknowledged",
     )
+
+
+def writer_outcome(writers: Writers) -> tuple[int, list[str]]:
+    """How many writes these (finished) writers had acknowledged, and which of them never connected: a writer
+    that gave up connecting, or left no record of its run, wrote nothing a kill could lose."""
+    acked = 0
+    unconnected = []
+    for client in writers.clients:
+        ack = writers.out / f"{client}.ack"
+        acked += len(ack.read_text().splitlines()) if ack.exists() else 0
+        try:
+            counters = json.loads((writers.out / f"{client}.lat").read_text())["counters"]
+        except (OSError, ValueError, KeyError):
+            counters = {"connect_failed": 1}
+        if counters.get("connect_failed"):
+            unconnected.append(client)
+    return acked, unconnected
 
 
 def check_workspace(
@@ -300,7 +330,10 @@ def checkpoint_kills(ctx: Context, report: Report, backend: str) -> None:
             if shown.returncode != 0:
                 report.fail(f"checkpoint ({backend}) {record.get('id')}: pre_commit {pre[:12]} unreadable")
                 continue
-            before = json.loads(shown.stdout)
+            own = git(repo, "show", f"{pre}:hot/memd.json")  # memd's notes (absent in a commit from before the split)
+            before = hot_format.merge(
+                json.loads(shown.stdout), json.loads(own.stdout) if own.returncode == 0 else None
+            )[0]
             keys = {entry_key(e) for e in (before.get("notes") or []) + (before.get("decisions") or [])}
             missing = [c for c in record.get("compressed") or [] if c != "summary" and c not in keys]
             if report.check(not missing, f"checkpoint ({backend}) {record.get('id')}: pre_commit lacks {missing[:5]}"):
@@ -349,7 +382,7 @@ def _old_day_files(ws: Path, count: int, first_age: int) -> dict[str, bytes]:
     files = {}
     for k in range(count):
         day = today - timedelta(days=first_age + k)
-        text = warm_format.day_header(day) + "".join(
+        text = warm_format.day_header(day, "UTC+00:00, UTC") + "".join(
             warm_format.render_entry(WarmEntry(f"{h:02d}:00:00", f"old-{day}-{h}", (("k", "v" * 40),), "done"))
             for h in range(8)
         )

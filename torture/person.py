@@ -5,9 +5,9 @@ Several agent processes stream uniquely labelled writes into one workspace: tort
 (this file, `progress` mode: progress.update with step and files ["p-K-n"]). Meanwhile a **person** process (this
 file, `edit` mode) edits the files at seeded random instants the way people and their editors do:
 
-  hot-rename    hot/context.json: read, change, write a temp file, rename it over the original
-  hot-inplace   hot/context.json rewritten in place (the inode it read truncated and rewritten, as O_TRUNC does)
-  hot-vim       hot/context.json saved vim-style: original renamed to context.json~, new file written, ~ deleted
+  hot-rename    a hot file: read, change, write a temp file, rename it over the original
+  hot-inplace   a hot file rewritten in place (the inode it read truncated and rewritten, as O_TRUNC does)
+  hot-vim       a hot file saved vim-style: original renamed to <name>~, new file written, ~ deleted
   cold-append   `>>` of a learning line "- [YYYY-MM-DD] person-N" to cold/MEMORY.md (lands under its last ## section)
   cold-rename   cold/MEMORY.md: a learning inserted at the end of an existing ## section, saved by rename-over
   cold-inplace  the same, rewritten in place
@@ -16,7 +16,8 @@ file, `edit` mode) edits the files at seeded random instants the way people and 
 
 Every hot edit adds a NEW top-level key `person_<n>` = "person-<n>" (all must survive); a quarter also set `task`,
 a quarter rewrite an agent note's text to "<label> ~person-<n>" (that note's id must then hold the new text, and
-the old text must be gone), a sixth delete an earlier person key (which must then be absent). A task
+the old text must be gone), a sixth delete an earlier person key (which must then be absent). Note edits are made
+in hot/memd.json, where memd keeps the notes; the others in hot/context.json (the session's fields). A task
 set by a later edit supersedes an earlier one: only the last task is checked. Each edit is valid for memd's
 formats (docs/format.md): 2-space JSON, well-formed learning lines, warm entries exactly as memd renders them.
 
@@ -73,6 +74,7 @@ KINDS = {
     "warm-append": 2,
 }
 HOT = "hot/context.json"
+HOT_OWN = "hot/memd.json"  # memd's own hot state: the notes a person rewrites
 COLD = "cold/MEMORY.md"
 AGENT_NOTE = re.compile(r"h-[0-9A-Za-z_]+-[0-9]+")
 AT_FDCWD = -100
@@ -199,7 +201,7 @@ class Person:
         pick = self.rng.randrange(1 << 30)
         t = time.monotonic() - self.t0
         tier, _, how = kind.partition("-")
-        path = self.root / (HOT if tier == "hot" else COLD)
+        path = self.root / ((HOT_OWN if choice == "note" else HOT) if tier == "hot" else COLD)
         make = self.hot_make(n, label, choice, pick) if tier == "hot" else self.cold_make(label, pick)
         labels = hot_labels if tier == "hot" else cold_labels
         if kind == "warm-append":
@@ -226,9 +228,9 @@ class Person:
             try:
                 doc = json.loads(data)
             except ValueError:
-                raise Skip("hot/context.json is not valid JSON right now") from None
+                raise Skip("the hot file is not valid JSON right now") from None
             if not isinstance(doc, dict):
-                raise Skip("hot/context.json is not an object")
+                raise Skip("the hot file is not an object")
             key = f"person_{n}"
             doc[key] = label
             effects: dict[str, Any] = {"key": key, "value": label}
@@ -685,7 +687,7 @@ def edit_problems(
     if kind.startswith("hot"):
         key = eff["key"]
         if deleted_by.get(key, 0) <= n and doc.get(key) != eff["value"]:
-            problems.append(f"key {key} missing from {HOT}" if key not in doc else f"{key} is {doc[key]!r}")
+            problems.append(f"key {key} missing from hot/" if key not in doc else f"{key} is {doc[key]!r}")
         if "task" in eff and n == last_task and doc.get("task") != eff["task"]:
             problems.append(f"task is {doc.get('task')!r}, not the person's last {eff['task']!r}")
         note = eff.get("note")

@@ -5,6 +5,9 @@ cold/MEMORY.md (cold_format.parse_memory), and lists memd's temp files. Beyond "
 are exactly what memd writes, so a torn or interleaved write cannot hide behind a tolerant parser:
   * a day file must equal its header followed by the re-rendering of its parsed entries, byte for byte;
   * MEMORY.md must consist of the preamble, blank lines, unique `## ` headings and `- [date] text` lines.
+Each format is also read by a parser that shares no code with memd (tests/expected.py, written from
+docs/format.md), which must find the grammar memd writes and agree with memd's parser on every value: a bug in
+memd's renderer that its parser repeats (so the re-rendering above still matches) shows here.
 
 `Ledger` collects the writer processes' .sent/.ack files; `account()` counts every label in the files: an
 acknowledged label must be present exactly once in its tier (a decision both in hot and as a warm entry), one
@@ -13,6 +16,7 @@ that was sent but not acknowledged at most once, and no label may appear that wa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -20,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
+
+import expected  # tests/expected.py: torture/run.py puts tests/ on the path
 
 from memd import fsio
 from memd.errors import CorruptFile
@@ -68,15 +74,25 @@ def warm_problems(name: str, data: bytes) -> tuple[list[WarmEntry], list[str]]:
         return entries, []
     day = warm_format.parse_day_filename(name)
     assert day is not None
-    expected = warm_format.day_header(day) + "".join(warm_format.render_entry(e) for e in entries)
-    if text != expected:
-        pairs = enumerate(zip(text, expected, strict=False))
-        at = next((i for i, (a, b) in pairs if a != b), min(len(text), len(expected)))
+    header = text.split("\n", 1)[0]  # the day and the zone its times are in, checked by the grammar below
+    rendered = header + "\n\n" + "".join(warm_format.render_entry(e) for e in entries)
+    if not expected.DAY_HEADER.fullmatch(header) or not header.startswith(f"# Activity Log {day.isoformat()}"):
+        return entries, [f"warm/{name}: first line is {header[:80]!r}, not this day's header"]
+    if text != rendered:
+        pairs = enumerate(zip(text, rendered, strict=False))
+        at = next((i for i, (a, b) in pairs if a != b), min(len(text), len(rendered)))
         return entries, [
             f"warm/{name}: not exactly what memd writes at offset {at} of {len(text)}: "
-            f"file has {text[max(0, at - 40) : at + 80]!r}, re-rendering gives {expected[max(0, at - 40) : at + 80]!r}"
+            f"file has {text[max(0, at - 40) : at + 80]!r}, re-rendering gives {rendered[max(0, at - 40) : at + 80]!r}"
         ]
-    return entries, []
+    independent, problems = expected.read_warm_day(text)
+    ours = [(e.time, e.action, list(e.details), e.result) for e in entries]
+    if not problems and independent != ours:
+        differ = next(i for i, (a, b) in enumerate(zip(independent, ours, strict=False)) if a != b) if ours else 0
+        problems = [
+            f"entry {differ}: docs/format.md reads {independent[differ : differ + 1]}, memd {ours[differ : differ + 1]}"
+        ]
+    return entries, [f"warm/{name}: {p}" for p in problems]
 
 
 def cold_problems(text: str) -> list[str]:
@@ -95,6 +111,13 @@ def cold_problems(text: str) -> list[str]:
         elif not _LEARNING_LINE.fullmatch(line):
             problems.append(f"cold/MEMORY.md:{number}: unexpected line {line[:120]!r}")
     problems += [f"cold/MEMORY.md: heading {h!r} appears {n} times" for h, n in headings.items() if n > 1]
+    independent = expected.read_learnings(text)
+    ours = [(lr.category, lr.date, lr.text) for lr in cold_format.parse_memory(text)]
+    if independent != ours:
+        problems.append(
+            f"cold/MEMORY.md: docs/format.md reads {len(independent)} learnings, memd {len(ours)}, "
+            f"first difference {next((p for p in zip(independent, ours, strict=False) if p[0] != p[1]), None)}"
+        )
     return problems[:20]
 
 
@@ -103,15 +126,9 @@ def inspect(root: Path, strict: bool = True) -> WsState:
     state = WsState(root)
     for tier in ("hot", "warm", "cold"):
         state.temps += [f"{tier}/{n}" for n in _names(root / tier) if fsio.is_temp_name(n)]
-    hot_path = root / "hot" / "context.json"
-    if os.path.lexists(hot_path):
-        try:
-            data = hot_path.read_bytes()
-            state.hot = hot_format.parse(data, "hot/context.json")
-        except CorruptFile as exc:
-            state.problems.append(f"hot: {exc.message}")
-        except OSError as exc:
-            state.problems.append(f"hot: cannot read: {exc}")
+    context, own = (_hot_file(state, root / "hot" / name, strict) for name in ("context.json", hot_format.OWN_FILE))
+    if context is not None or own is not None:
+        state.hot = hot_format.merge(context, own)[0]  # memd's own keys (notes, summary...) live in memd.json
     for name in _names(root / "warm"):
         if warm_format.parse_day_filename(name) is None or not (root / "warm" / name).is_file():
             continue
@@ -132,6 +149,27 @@ def inspect(root: Path, strict: bool = True) -> WsState:
         except UnicodeDecodeError as exc:
             state.problems.append(f"cold: not UTF-8 ({exc})")
     return state
+
+
+def _hot_file(state: WsState, path: Path, strict: bool) -> dict[str, Any] | None:
+    """One of the hot files parsed (None when it does not exist or is corrupt, which is then a problem)."""
+    if not os.path.lexists(path):
+        return None
+    name = f"hot/{path.name}"
+    try:
+        data = path.read_bytes()
+        doc = hot_format.parse(data, name)
+    except CorruptFile as exc:
+        state.problems.append(f"hot: {exc.message}")
+        return None
+    except OSError as exc:
+        state.problems.append(f"hot: cannot read: {exc}")
+        return None
+    if strict:  # the layout memd writes, and the standard library's reading of it equal to memd's
+        state.problems += [f"{name}: {p}" for p in expected.hot_layout_problems(data)]
+        if json.loads(data) != doc:
+            state.problems.append(f"{name}: memd's parser and json.loads disagree")
+    return doc
 
 
 def _names(directory: Path) -> list[str]:
@@ -186,7 +224,7 @@ def account(
 ) -> Accounting:
     """Count every label in the files against the ledger (see the module docstring). With `compressed_ok`, a hot
     note or decision may instead have been compressed by a checkpoint whose record names its id: a record in
-    hot/context.json, or one of `records` (memd keeps only the newest records in hot; older ones are in git)."""
+    hot (hot/memd.json), or one of `records` (memd keeps only the newest records in hot; older ones are in git)."""
     out = Accounting()
     warm = Counter(e.action for e in state.entries)
     notes = Counter(str(n.get("text")) for n in state.notes)
@@ -233,8 +271,12 @@ def account(
     return out
 
 
+HOT_PATHS = ("hot/memd.json", "hot/context.json")
+
+
 def records_in_history(repo: Path | None) -> list[dict[str, Any]]:
-    """Every checkpoint record hot/context.json ever held in the snapshot history (one `git cat-file --batch`)."""
+    """Every checkpoint record the hot files ever held in the snapshot history (one `git cat-file --batch`):
+    hot/memd.json, or hot/context.json before memd's own keys moved out of it."""
     import json
     import subprocess
 
@@ -243,11 +285,11 @@ def records_in_history(repo: Path | None) -> list[dict[str, Any]]:
     env = {"PATH": os.environ.get("PATH", ""), "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
     base = ["git", f"--git-dir={repo}", "-c", f"safe.directory={repo}"]
     revs = subprocess.run(
-        [*base, "rev-list", "--all", "--", "hot/context.json"], capture_output=True, env=env, timeout=60, check=False
+        [*base, "rev-list", "--all", "--", *HOT_PATHS], capture_output=True, env=env, timeout=60, check=False
     ).stdout.split()
     if not revs:
         return []
-    batch = b"".join(rev + b":hot/context.json\n" for rev in revs)
+    batch = b"".join(rev + b":" + path.encode() + b"\n" for rev in revs for path in HOT_PATHS)  # absent: "missing"
     out = subprocess.run(
         [*base, "cat-file", "--batch"], input=batch, capture_output=True, env=env, timeout=120, check=False
     ).stdout

@@ -1,6 +1,14 @@
-"""The hot tier's document: `hot/context.json` parsed, edited by pure functions, rendered for the context window.
+"""The hot tier's document: `hot/context.json` and `hot/memd.json` parsed, merged, edited by pure functions, split
+back into the two files, rendered for the context window.
 
-The document is kept as the JSON object it is on disk so that fields memd does not know survive every rewrite.
+The hot tier is two files. `hot/context.json` holds the session as agents written after the tiered-memory article
+load it (`HotMemory(**json.load(f))`): `session_id`, `task`, `current_step`, `files_modified`, `decisions`,
+`pending_actions`, plus whatever a person put there. `hot/memd.json` holds memd's own hot state: `version`,
+`notes`, `summary`, `checkpoints` (and whatever a person put there). In memory they are one merged document
+(`HotDoc`), and `Origin` remembers which file each key was read from, so a rewrite puts every key back where it
+was; `split(..., normalize=True)` moves memd's keys to memd.json and the article's to context.json (the migration
+of a file from before format 2, a restored old version, or a person's hand edit of one of memd's keys).
+The document is kept as the JSON objects they are on disk so that fields memd does not know survive every rewrite.
 Each edit returns a new dict (copy-on-write of the fields it touches) and never mutates its input, which lets
 the workspace writer apply a batch to a draft and drop it whole if the disk write fails.
 Only standard JSON is accepted (no NaN or Infinity, no number that overflows a double, no key twice in one
@@ -13,15 +21,22 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from memd.errors import CorruptFile
 from memd.textfmt import escape_inline, neutralise_line
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: memd's own keys live in hot/memd.json (1: everything was in hot/context.json)
 HotDoc = dict[str, Any]
+CONTEXT_FILE = "context.json"  # the article's session file
+OWN_FILE = "memd.json"  # memd's own hot state
+# The article's HotMemory fields: what hot/context.json holds (with whatever a person adds).
+ARTICLE_KEYS = ("session_id", "task", "current_step", "files_modified", "decisions", "pending_actions")
+OWN_KEYS = ("version", "notes", "summary", "checkpoints")  # memd's own: in hot/memd.json
+FileName = Literal["context", "own"]
+Origin = Mapping[str, FileName]  # key -> the file it was read from (or written to)
 
 _STRING_FIELDS = ("session_id", "task", "current_step", "summary")
 _STRING_LIST_FIELDS = ("files_modified", "pending_actions")
@@ -70,7 +85,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse(data: bytes, where: str) -> HotDoc:
-    """Parse context.json. A file that is not a JSON object with well-typed known fields raises CorruptFile."""
+    """Parse context.json or memd.json. A file that is not a JSON object with well-typed known fields raises
+    CorruptFile."""
     try:
         doc = json.loads(
             data.decode("utf-8"),
@@ -135,6 +151,55 @@ def serialize(doc: HotDoc) -> bytes:
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # never write what parse would refuse
+
+
+# --- the two files ------------------------------------------------------------------------------------------
+
+
+def home(key: str) -> FileName:
+    """The file a key belongs in: memd's own keys in memd.json, everything else in context.json."""
+    return "own" if key in OWN_KEYS else "context"
+
+
+def merge(context: HotDoc | None, own: HotDoc | None) -> tuple[HotDoc, dict[str, FileName]]:
+    """One document from the two files (None: the file does not exist), and which file each key came from.
+
+    A key in both files takes context.json's value: memd never writes a key to both, so it is a file from before
+    format 2, a restored old version of context.json, or a person's edit there, and the newer intent wins. The
+    merged order is context.json's keys, then memd.json's."""
+    doc: HotDoc = {}
+    origin: dict[str, FileName] = {}
+    for key, value in (context or {}).items():
+        doc[key] = value
+        origin[key] = "context"
+    for key, value in (own or {}).items():
+        if key not in doc:
+            doc[key] = value
+            origin[key] = "own"
+    return doc, origin
+
+
+def needs_split(origin: Origin) -> bool:
+    """Does a key sit in the other file than its home (memd's own in context.json, an article key in memd.json)?"""
+    return any(home(key) != where for key, where in origin.items() if key in OWN_KEYS or key in ARTICLE_KEYS)
+
+
+def split(doc: HotDoc, origin: Origin, normalize: bool) -> tuple[HotDoc, HotDoc]:
+    """The document as (context.json, memd.json) objects. Each key goes back to the file it came from, a new key to
+    its home; `normalize` sends memd's keys and the article's keys home too (an unknown key stays where it was)."""
+    context: HotDoc = {}
+    own: HotDoc = {}
+    for key, value in doc.items():
+        where = origin.get(key) or home(key)
+        if normalize and (key in OWN_KEYS or key in ARTICLE_KEYS):
+            where = home(key)
+        (own if where == "own" else context)[key] = value
+    return context, own
+
+
+def origin_of(context: HotDoc, own: HotDoc) -> dict[str, FileName]:
+    """Which file each key of a `split` went to."""
+    return {**{k: "own" for k in own}, **{k: "context" for k in context}}
 
 
 def new_id(prefix: str, now: datetime) -> str:

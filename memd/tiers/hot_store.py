@@ -1,63 +1,92 @@
-"""The hot tier's in-memory state and its file: last good document, what memd last saw on disk, token count.
+"""The hot tier's in-memory state and its two files: the merged document, what memd last saw of each file on disk,
+the token count.
 
-The store never writes; it hands the workspace a FileWrite and is told when it became durable (`commit`).
+`hot/context.json` (the article's session fields) and `hot/memd.json` (memd's own: notes, summary, checkpoint
+records, format version) are read together into one document (memd.tiers.hot_format.merge). Each file has its own
+fingerprint and the bytes it was read as (or written as), so an outside edit of either is adopted, and each
+rewrite is a replace guarded by exactly the bytes its batch was planned from. A batch rewrites only the files
+whose content changes, memd.json before context.json, and fsio.apply_writes publishes them all or none.
+The store never writes; it hands the workspace FileWrites and is told when they became durable (`commit`).
 An invalid file on disk leaves the last good document in place for reads and blocks writes (`require_valid`).
 Imports memd.fsio, memd.tokens, memd.errors and the hot format.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from memd import fsio
 from memd.errors import CorruptFile
 from memd.tiers import HOT_MAX_BYTES, hot_format, read_tier_file
-from memd.tiers.hot_format import HotDoc
+from memd.tiers.hot_format import FileName, HotDoc
 from memd.tokens import TokenCounter
 
 
 class HotStore:
     def __init__(self, path: Path, counter: TokenCounter, max_bytes: int = HOT_MAX_BYTES) -> None:
-        self.path = path
-        self.max_bytes = max_bytes  # [limits] hot_max_bytes: a bigger file is refused, never read whole
+        self.path = path  # hot/context.json
+        self.own_path = path.with_name(hot_format.OWN_FILE)  # hot/memd.json
+        self.paths = (self.path, self.own_path)
+        self.max_bytes = max_bytes  # [limits] hot_max_bytes, per file: a bigger one is refused, never read whole
         self._counter = counter
         self.doc: HotDoc = hot_format.empty_doc()
-        self.fingerprint: fsio.Fingerprint | None = None
+        self.origin: dict[str, FileName] = {}  # key -> the file it was read from or written to
+        self.fingerprint: fsio.Fingerprint | None = None  # of context.json
+        self.own_fingerprint: fsio.Fingerprint | None = None  # of memd.json
         self.error: CorruptFile | None = None
         self.tokens = 0
-        self.exists = False
-        self.raw: bytes | None = None  # the bytes `doc` came from (or was written as): what a publish expects there
+        self.exists = False  # context.json exists
+        # The bytes each file was read as (or written as): what a publish expects there (None: no such file).
+        self.raw: bytes | None = None
+        self.own_raw: bytes | None = None
+        self._parts: tuple[HotDoc | None, HotDoc | None] = (None, None)  # the two files as parsed, None: absent
+
+    @property
+    def needs_split(self) -> bool:
+        """Is one of memd's keys in context.json (a file from before format 2, a restored old one, a person's
+        edit), or an article key in memd.json? The snapshotter then commits the state and moves them home."""
+        return self.error is None and hot_format.needs_split(self.origin)
 
     def load(self) -> None:
-        """(Re)read the file. A corrupt file keeps the last good document and records the error."""
-        fp = fsio.fingerprint(self.path)
-        self.fingerprint = fp
+        """(Re)read both files. A corrupt one keeps the last good document and records the error."""
+        self.fingerprint = fsio.fingerprint(self.path)
+        self.own_fingerprint = fsio.fingerprint(self.own_path)
         try:
             data = read_tier_file(self.path, self.max_bytes)
+            own_data = read_tier_file(self.own_path, self.max_bytes)
+            context = None if data is None else hot_format.parse(data, str(self.path))
+            own = None if own_data is None else hot_format.parse(own_data, str(self.own_path))
         except CorruptFile as exc:
             self.error = exc
             return
-        if data is None:
-            self.exists = False
-            self.error = None
-            self.doc = hot_format.empty_doc()
-            self.raw = None
+        self.error = None
+        self.exists = data is not None
+        self.raw, self.own_raw = data, own_data
+        self._parts = (context, own)
+        if context is None and own is None:
+            self.doc, self.origin = hot_format.empty_doc(), {}
         else:
-            try:
-                self.doc = hot_format.parse(data, str(self.path))
-                self.exists = True
-                self.error = None
-                self.raw = data
-            except CorruptFile as exc:
-                self.error = exc
+            self.doc, self.origin = hot_format.merge(context, own)
         self.tokens = self.count(self.doc)
 
+    def looks_changed(self) -> bool:
+        """Did either file change outside memd? Stat only."""
+        return (
+            fsio.fingerprint(self.path) != self.fingerprint or fsio.fingerprint(self.own_path) != self.own_fingerprint
+        )
+
     def refresh(self) -> bool:
-        """Re-read when the file changed outside memd. Returns True when it did."""
-        if fsio.fingerprint(self.path) == self.fingerprint:
+        """Re-read when either file changed outside memd. Returns True when one did."""
+        if not self.looks_changed():
             return False
         self.load()
         return True
+
+    def forget(self) -> None:
+        """After a failed batch: whatever reached the disk is re-read before the next one."""
+        self.fingerprint = self.own_fingerprint = None
 
     def require_valid(self) -> None:
         if self.error is not None:
@@ -66,14 +95,40 @@ class HotStore:
     def count(self, doc: HotDoc) -> int:
         return self._counter.count_lines(hot_format.render_lines(doc))
 
-    def write_for(self, doc: HotDoc) -> fsio.FileWrite:
-        """A replace guarded by the bytes `doc`'s base came from: published only if the file still holds them."""
-        return fsio.FileWrite(self.path, hot_format.serialize(doc), append=False, guarded=True, expected=self.raw)
+    def writes_for(self, doc: HotDoc, normalize: bool = False) -> HotWrites:
+        """The replaces that make the two files hold `doc` (none for a file whose content stays the same), each
+        guarded by the bytes its base came from: published only if the file still holds them. memd.json first:
+        a crash between the two renames of a migration leaves both files holding memd's keys, and context.json's
+        copy counts (hot_format.merge), which is the state before it."""
+        context, own = hot_format.split(doc, self.origin, normalize or not self.origin)
+        old_context, old_own = self._parts
+        writes = []
+        if own != (old_own or {}):
+            writes.append(fsio.FileWrite(self.own_path, hot_format.serialize(own), False, True, self.own_raw))
+        if context != (old_context or {}):
+            writes.append(fsio.FileWrite(self.path, hot_format.serialize(context), False, True, self.raw))
+        return HotWrites(writes, context, own)
 
-    def commit(self, doc: HotDoc, write: fsio.FileWrite, fp: fsio.Fingerprint, tokens: int) -> None:
+    def commit(self, doc: HotDoc, planned: HotWrites, fps: Sequence[fsio.Fingerprint], tokens: int) -> None:
+        """Take the published document: `planned.writes` are durable, with these fingerprints."""
+        context, own = self._parts
+        for write, fp in zip(planned.writes, fps, strict=True):
+            if write.path == self.own_path:
+                self.own_raw, self.own_fingerprint, own = write.data, fp, planned.own
+            else:
+                self.raw, self.fingerprint, context = write.data, fp, planned.context
+                self.exists = True
+        self._parts = (context, own)
+        self.origin = hot_format.origin_of(context or {}, own or {})
         self.doc = doc
-        self.raw = write.data
-        self.fingerprint = fp
         self.tokens = tokens
-        self.exists = True
         self.error = None
+
+
+@dataclass(frozen=True)
+class HotWrites:
+    """What one batch writes of the hot tier: the guarded replaces, and the two files' objects they hold."""
+
+    writes: list[fsio.FileWrite]
+    context: HotDoc
+    own: HotDoc

@@ -29,6 +29,7 @@ class DayFile:
     tokens: int | None = None  # None: not counted yet (counted on first need)
     entries: list[WarmEntry] | None = field(default=None, repr=False)  # parsed lazily, extended on append
     ends_with_newline: bool | None = None  # None: unknown, read once when needed
+    current: bool | None = None  # in the text-as-written format at its end (a zoned heading)? None: unknown
 
 
 class WarmStore:
@@ -40,6 +41,10 @@ class WarmStore:
         self.days: dict[date, DayFile] = {}
         self.version = 0  # bumped on every change, so derived figures (usage) can be cached
         self._last_path: tuple[date | None, Path] = (None, directory)
+        # How to read a day file whose heading names no time zone: by memd's older escaping rule (a file memd wrote
+        # before the zone was added), or as written (True: the workspace was adopted with day files, which other
+        # tools, such as agents written after the article, write as text is).
+        self.zoneless_as_written = False
 
     def scan(self, skip: date | None = None) -> bool:
         """Sync the day list with the directory (stat only; unchanged files are not read). True if anything changed.
@@ -109,7 +114,10 @@ class WarmStore:
 
     def _adopt_change(self, day: date, known: DayFile, fp: fsio.Fingerprint) -> None:
         old = known.fingerprint
-        if old is not None and known.tokens is not None and fp.ino == old.ino and fp.size > old.size:
+        appended = old is not None and fp.ino == old.ino and fp.size > old.size
+        if not (appended and known.current):  # an append cannot take the format's heading away; a rewrite can
+            known.current = None
+        if appended and old is not None and known.tokens is not None:
             # Appended by someone else: count just the new bytes.
             added = self._read(day, offset=old.size)
             if added is None:
@@ -128,16 +136,20 @@ class WarmStore:
             self._last_path = (day, self.directory / warm_format.day_filename(day))
         return self._last_path[1]
 
-    def plan_append(self, day: date, rendered: Sequence[str]) -> fsio.FileWrite:
+    def plan_append(self, day: date, rendered: Sequence[str], header: str) -> fsio.FileWrite:
+        """One append of a batch's entries to a day file; `header` (warm_format.day_header) goes first in a new
+        file, and before memd's first entry in a file from before the current format (or another tool's)."""
         known = self.days.get(day)
         prefix = ""
         if known is None or known.fingerprint is None or known.fingerprint.size == 0:
-            prefix = warm_format.day_header(day)
+            prefix = header
         else:
             if known.ends_with_newline is None:
                 known.ends_with_newline = self._ends_with_newline(day, known.fingerprint.size)
             if not known.ends_with_newline:  # another tool left the last line open: do not glue onto it
                 prefix = "\n"
+            if not self._current_format(day, known):
+                prefix += header
         size = 0 if known is None or known.fingerprint is None else known.fingerprint.size
         data = (prefix + "".join(rendered)).encode("utf-8")
         if size + len(data) > self.max_bytes:  # memd would write a day file it then refuses to read
@@ -148,6 +160,14 @@ class WarmStore:
                 str(self.path_for(day)),
             )
         return fsio.FileWrite(self.path_for(day), data, append=True, expected_size=size)
+
+    def _current_format(self, day: date, known: DayFile) -> bool:
+        if known.current is None:
+            data = self._read(day)
+            if data is None:  # unreadable: the append fails on it anyway
+                return True
+            known.current = warm_format.is_current_format(data.decode("utf-8", "replace"))
+        return known.current
 
     def _ends_with_newline(self, day: date, size: int) -> bool:
         return fsio.last_byte(self.path_for(day), size) == b"\n"
@@ -166,7 +186,9 @@ class WarmStore:
             known.tokens = None
             known.entries = None
             known.ends_with_newline = None
+            known.current = None
         else:
+            known.current = True  # memd's append is in the current format, its heading written first if needed
             if known.tokens is not None:
                 known.tokens += added
             if known.entries is not None:
@@ -183,7 +205,9 @@ class WarmStore:
             data = self._read(day)
             if data is None:
                 return 0  # too large or unreadable: counted as nothing, reported in status
-            known.tokens = self._counter.count(data.decode("utf-8", "replace"))
+            text = data.decode("utf-8", "replace")
+            known.tokens = self._counter.count(text)
+            known.current = warm_format.is_current_format(text)
             self.version += 1
         return known.tokens
 
@@ -195,7 +219,9 @@ class WarmStore:
             data = self._read(day)
             if data is None:
                 return []
-            known.entries = warm_format.parse_day(data.decode("utf-8", "replace"))
+            text = data.decode("utf-8", "replace")
+            known.entries = warm_format.parse_day(text, self.zoneless_as_written)
+            known.current = warm_format.is_current_format(text)
         return known.entries
 
     def _read(self, day: date, offset: int = 0) -> bytes | None:

@@ -25,6 +25,7 @@ import pytest
 from expected import recent_window
 from fakellm import Behaviour, Delay, Empty, FakeLLM, Hang, Malformed, Reply, Status, closed_port_url
 from harness import RunningDaemon, base_config, module_daemon, wait_for
+from hot_files import hot_from_git, read_hot
 from secrets_corpus import SECRET_CORPUS
 
 from memd.checkpoint_plan import without_fold_line
@@ -40,6 +41,7 @@ GOOD_SUMMARY = "# Context Summary\n- Parser port so far: tokenizer split on '::'
 WAIT = 30.0
 KEEP_DECISIONS = 3
 RECENT_SHARE = 0.2
+SECRETS_HOT = 40000  # the secrets corpus alone is ~14k tokens: room for it and a filler bigger than the recent window
 
 CROSSING_BUDGET = {"hot": 2000, "warm": 4000, "cold": 2000, "model_window": 20000}
 ROOMY_BUDGET = {"hot": 6000}  # forced checkpoints only: 80% of it is never reached
@@ -91,7 +93,7 @@ def seed(daemon: RunningDaemon, ws: str, notes: int = 40, decisions: int = 5) ->
 
 
 def tier_files(root: Path) -> dict[str, bytes]:
-    """Every tier file of a workspace (hot/context.json, cold/MEMORY.md, warm/*.md) with its bytes."""
+    """Every tier file of a workspace (hot/context.json, hot/memd.json, cold/MEMORY.md, warm/*.md) with its bytes."""
     return {
         str(p.relative_to(root)): p.read_bytes()
         for tier in ("hot", "warm", "cold")
@@ -156,7 +158,7 @@ def memd_llm(fake_ok: FakeLLM) -> Iterator[RunningDaemon]:
             config["workspaces"][n]["budget"] = dict(ROOMY_BUDGET)
         config["workspaces"]["crossing"]["budget"] = dict(CROSSING_BUDGET)
         # The corpus is large: a threshold of 1.0 keeps automatic checkpoints out of the way of the forced one.
-        config["workspaces"]["secrets"]["budget"] = {"hot": 20000, "checkpoint_threshold": 1.0}
+        config["workspaces"]["secrets"]["budget"] = {"hot": SECRETS_HOT, "checkpoint_threshold": 1.0}
         daemon = module_daemon(root, config, env=KEY_ENV_VALUE)
         try:
             yield daemon.start()
@@ -308,8 +310,12 @@ def test_the_pre_state_is_committed_and_named_by_the_record(memd_llm: RunningDae
     post = commits[crossing.record["post_commit"]]
     assert post["reason"] == "after checkpoint"
     assert post["trailers"]["Memd-Checkpoint"] == crossing.record["id"]
-    shown = memd_llm.call("history.show", workspace="crossing", rev=pre, path="hot/context.json")["content"]
-    state = json.loads(shown)
+    state = hot_from_git(  # both hot files as committed: the session's fields and memd's own (notes, summary)
+        {
+            path: memd_llm.call("history.show", workspace="crossing", rev=pre, path=path)["content"].encode()
+            for path in ("hot/context.json", "hot/memd.json")
+        }
+    )
     assert state["notes"] == crossing.seeded.notes  # the exact state the crossing write left
     assert state["decisions"] == crossing.seeded.decisions
     assert state.get("summary", "") == ""
@@ -592,9 +598,9 @@ def test_no_secret_from_the_corpus_reaches_the_endpoint_yet_the_files_keep_them(
     with memd_llm.client() as c:
         written = [c.call("hot.note", workspace=ws, text=f"[{ws}] {text}")["note"] for _, _, text in SECRET_CORPUS]
         # One newest note bigger than the recent window: every corpus note is old enough to be compressed.
-        filler = f"[{ws}] filler " + "plain words " * int(RECENT_SHARE * 20000)
+        filler = f"[{ws}] filler " + "plain words " * int(RECENT_SHARE * SECRETS_HOT)
         c.call("hot.note", workspace=ws, text=filler)
-    on_disk = json.loads((memd_llm.workspace(ws) / "hot" / "context.json").read_text(encoding="utf-8"))
+    on_disk = read_hot(memd_llm.workspace(ws))
     assert [n["text"] for n in on_disk["notes"][: len(written)]] == [n["text"] for n in written]
 
     record = memd_llm.call("checkpoint.run", workspace=ws)["checkpoint"]

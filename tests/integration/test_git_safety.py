@@ -91,14 +91,14 @@ def test_global_excludes_and_a_workspace_gitignore_never_keep_tier_files_out_of_
     for name, ws in workspaces.items():
         d.call("hot.note", workspace=name, text=f"note of {name}")
         d.call("cold.learn", workspace=name, category="Notes", learning=f"learning of {name}")
-        result = d.call("retention.sweep", workspace=name, dry_run=False)["results"][0]
+        result = d.call("retention.sweep", workspace=name, dry_run=False, confirm=True)["results"][0]
 
         assert result["removed"] == [EXPIRED_DAY], result
         assert not (ws / "warm" / EXPIRED_DAY).exists()
         assert held_in_history(ws, f"warm/{EXPIRED_DAY}", EXPIRED_TEXT.encode()), f"{name}: the day left no history"
         tracked = git(ws, "ls-tree", "-r", "--name-only", "HEAD").split()
-        assert {"hot/context.json", "cold/MEMORY.md"} <= set(tracked), tracked
-        assert f"note of {name}" in git(ws, "show", "HEAD:hot/context.json")
+        assert {"hot/context.json", "hot/memd.json", "cold/MEMORY.md"} <= set(tracked), tracked
+        assert f"note of {name}" in git(ws, "show", "HEAD:hot/memd.json")  # memd's notes: its own hot file
 
 
 def test_a_day_git_does_not_hold_byte_for_byte_is_kept_and_reported(make_daemon: MakeDaemon, short_root: Path) -> None:
@@ -117,7 +117,7 @@ def test_a_day_git_does_not_hold_byte_for_byte_is_kept_and_reported(make_daemon:
     config = base_config(root, workspaces={"mine": ws}, snapshot={**FAST, "adopt_existing": True})
     d = make_daemon("attr", config=config)
 
-    result = d.call("retention.sweep", workspace="mine", dry_run=False)["results"][0]
+    result = d.call("retention.sweep", workspace="mine", dry_run=False, confirm=True)["results"][0]
 
     assert result["removed"] == [EXPIRED_DAY]
     assert (ws / "warm" / "2020-01-02.md").read_bytes() == crlf
@@ -135,7 +135,7 @@ def test_with_snapshots_disabled_retention_deletes_as_configured_without_a_git_c
     seed_day(ws, EXPIRED_DAY, EXPIRED_TEXT.encode())
     d = make_daemon("off", config=base_config(root, workspaces={"w": ws}, snapshot={"enabled": False}))
 
-    result = d.call("retention.sweep", workspace="w", dry_run=False)["results"][0]
+    result = d.call("retention.sweep", workspace="w", dry_run=False, confirm=True)["results"][0]
 
     assert result["removed"] == [EXPIRED_DAY] and result["kept"] == []
     assert not (ws / "warm" / EXPIRED_DAY).exists()
@@ -184,7 +184,7 @@ def test_editor_temporaries_stay_out_and_tier_files_go_in_whatever_the_ignore_ru
 
     d.call("hot.note", workspace="w", text="a note")
     d.call("cold.learn", workspace="w", category="Notes", learning="a learning")
-    result = d.call("retention.sweep", workspace="w", dry_run=False)["results"][0]
+    result = d.call("retention.sweep", workspace="w", dry_run=False, confirm=True)["results"][0]
 
     assert result["removed"] == [EXPIRED_DAY], result
     assert held_in_history(ws, f"warm/{EXPIRED_DAY}", EXPIRED_TEXT.encode())
@@ -203,12 +203,12 @@ def test_an_editor_file_that_vanishes_while_git_stages_does_not_skip_the_snapsho
     d = make_daemon("vanish", config=base_config(root, workspaces={"w": ws}, snapshot=SLOW))
     d.call("hot.note", workspace="w", text="first")
     assert d.call("snapshot.run", workspace="w")["rev"]
-    # Deterministically, git's own clean filter for the (tracked, modified) context deletes the person's save
+    # Deterministically, git's own clean filter for the (tracked, modified) notes file deletes the person's save
     # temporary after git listed hot/ and before it looks at that file, as an editor saving at that moment does.
-    victim = ws / "hot" / ".context.json.person-3"
+    victim = ws / "hot" / ".memd.json.person-3"
     git(ws, "config", "filter.vanish.clean", f"rm -f '{victim}'; cat")
     with (ws / ".git" / "info" / "attributes").open("a") as f:
-        f.write("hot/context.json filter=vanish\n")
+        f.write("hot/memd.json filter=vanish\n")
     d.call("hot.note", workspace="w", text="second")
     victim.write_text("a person's half-saved context\n")
 
@@ -216,7 +216,7 @@ def test_an_editor_file_that_vanishes_while_git_stages_does_not_skip_the_snapsho
 
     assert result["rev"], snap_status(d, "w")
     assert snap_status(d, "w")["state"] == "ok"
-    assert "second" in git(ws, "show", "HEAD:hot/context.json")
+    assert "second" in git(ws, "show", "HEAD:hot/memd.json")
     assert "unable to stat" not in d.log()
 
 
@@ -241,13 +241,13 @@ def test_a_deleted_dot_git_is_recreated_without_a_restart_and_sweeps_go_on(
     assert first["rev"] and second["rev"], snap_status(d, "w")
     assert snap_status(d, "w")["state"] == "ok"
     assert git(ws, "config", "--get", "memd.managed").strip() == "true"
-    head_hot = git(ws, "show", "HEAD:hot/context.json")
+    head_hot = git(ws, "show", "HEAD:hot/memd.json")
     assert "before the deletion" in head_hot and "later still" in head_hot
     assert len(git(ws, "log", "--format=%H").split()) == 2  # the new history starts from the files
     assert d.log().count("history is gone") == 1, d.log()
 
     seed_day(ws, EXPIRED_DAY, EXPIRED_TEXT.encode())
-    result = d.call("retention.sweep", workspace="w", dry_run=False)["results"][0]
+    result = d.call("retention.sweep", workspace="w", dry_run=False, confirm=True)["results"][0]
     assert result["removed"] == [EXPIRED_DAY]
     assert held_in_history(ws, f"warm/{EXPIRED_DAY}", EXPIRED_TEXT.encode())
 
@@ -305,7 +305,7 @@ def test_a_damaged_archive_is_kept_and_the_next_day_goes_to_a_new_file(
         seed_day(ws, name, day_text(name, f"work of {name}"))
     config = base_config(root, workspaces={"w": ws}, snapshot=FAST, warm={"mode": "archive"})
     d = make_daemon("arc", config=config)
-    assert d.call("retention.sweep", workspace="w", dry_run=False)["results"][0]["removed"] == days
+    assert d.call("retention.sweep", workspace="w", dry_run=False, confirm=True)["results"][0]["removed"] == days
     archive = ws / "warm" / "archive" / "2020-01.md.gz"
     raw = bytearray(archive.read_bytes())
     start, end = member_spans(bytes(raw))[1]
@@ -313,7 +313,7 @@ def test_a_damaged_archive_is_kept_and_the_next_day_goes_to_a_new_file(
     archive.write_bytes(bytes(raw))
     seed_day(ws, "2020-01-04.md", day_text("2020-01-04.md", "work after the damage"))
 
-    result = d.call("retention.sweep", workspace="w", dry_run=False)["results"][0]
+    result = d.call("retention.sweep", workspace="w", dry_run=False, confirm=True)["results"][0]
 
     assert result["removed"] == ["2020-01-04.md"]
     assert archive.read_bytes() == bytes(raw), "the damaged archive was changed"

@@ -77,7 +77,7 @@ def stream_notes(daemon: RunningDaemon, ws: str, stop: threading.Event, acked: l
 def test_rename_over_saves_while_an_agent_streams_notes_lose_nothing(daemon: RunningDaemon) -> None:
     ws = "alpha"
     daemon.call("session.start", workspace=ws, task="race a person")
-    hot = daemon.workspace(ws) / "hot" / "context.json"
+    hot = daemon.workspace(ws) / "hot" / "memd.json"  # memd's own hot file: the notes
     stop, acked = threading.Event(), []
     agent = threading.Thread(target=stream_notes, args=(daemon, ws, stop, acked))
     agent.start()
@@ -137,7 +137,7 @@ def test_shell_appends_to_memory_md_while_an_agent_learns_lose_nothing(daemon: R
 def test_a_hand_edit_is_kept_by_a_write_sent_before_the_watcher_could_see_it(daemon: RunningDaemon) -> None:
     ws = "beta"
     daemon.call("hot.note", workspace=ws, text="before")
-    hot = daemon.workspace(ws) / "hot" / "context.json"
+    hot = daemon.workspace(ws) / "hot" / "memd.json"  # memd's own hot file: the notes
     for i in range(10):  # no wait for the watcher: the writer itself must notice the edit
         careful_save(hot, add_key(f"hand_{i}"))
         daemon.call("hot.note", workspace=ws, text=f"right after {i}")
@@ -179,7 +179,7 @@ def test_a_note_edited_by_a_person_during_the_llm_call_stays_with_its_new_text(
     runner = threading.Thread(target=run_checkpoint)
     runner.start()
     wait_for(lambda: slow_llm.chat_requests, "the summarizer's request")
-    hot = daemon.workspace(ws) / "hot" / "context.json"
+    hot = daemon.workspace(ws) / "hot" / "memd.json"  # memd's own hot file: the notes
 
     def edit_oldest_note(data: bytes) -> bytes:
         doc = json.loads(data)

@@ -20,10 +20,11 @@ from typing import Any, TypeVar
 import pytest
 from clocks import START, FixedClock
 from expected import recent_window
+from hot_files import hot_from_git, read_hot
 
 from memd.batch import Draft
 from memd.checkpoint import Checkpointer
-from memd.checkpoint_plan import MIN_ALLOTMENT, entry_key, without_fold_line
+from memd.checkpoint_plan import MIN_ALLOTMENT, NOTHING_TO_COMPRESS, entry_key, without_fold_line
 from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, WorkspaceConfig
 from memd.errors import Busy, CheckpointFailed
 from memd.snapshots import Snapshotter
@@ -73,6 +74,9 @@ class Failing:
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         self.calls += 1
         raise CheckpointFailed("the endpoint is down")
+
+
+HOT_PATHS = ("hot/context.json", "hot/memd.json")
 
 
 @pytest.fixture
@@ -191,6 +195,11 @@ def test_the_plan_compresses_older_notes_and_decisions_and_pins_the_rest(
         (n["id"], "note") for n in old_notes
     ]
     assert [e.text for e in plan.entries if e.kind == "note"] == [n["text"] for n in old_notes]
+    assert [e.text for e in plan.entries if e.kind == "decision"] == [
+        f"decision {i} — reason {i}" for i in range(len(old_decisions))
+    ]
+    assert [e.ts for e in plan.entries] == [d["ts"] for d in old_decisions] + [n["ts"] for n in old_notes]
+    assert all(e.ts for e in plan.entries)
     assert plan.kept_notes == [n["id"] for n in recent]
     assert plan.keep_decisions == 3
     assert plan.tokens_before == ws.hot.tokens
@@ -268,8 +277,9 @@ def test_nothing_old_enough_to_compress_is_refused(
     ws = make_workspace()
     run(seeded(ws, notes=3, decisions=3))
 
-    with pytest.raises(CheckpointFailed, match="nothing in 'alpha' is old enough to compress"):
+    with pytest.raises(CheckpointFailed, match="nothing in 'alpha' is old enough to compress") as caught:
         make_checkpointer().plan(ws, ws.hot.doc)
+    assert caught.value.data == {"reason": NOTHING_TO_COMPRESS}  # a forced run answers "nothing to do", no failure
 
 
 def test_the_previous_summary_is_compressed_again(
@@ -434,8 +444,7 @@ def test_notes_written_while_the_summarizer_works_are_kept_and_compressed_ones_r
     notes = ws.hot.doc["notes"]
     assert notes[-20:] == late
     assert not {n["id"] for n in notes + ws.hot.doc["decisions"]} & set(record["compressed"])
-    on_disk = json.loads((ws.root / "hot" / "context.json").read_bytes())
-    assert on_disk == ws.hot.doc
+    assert read_hot(ws.root) == ws.hot.doc
 
 
 def test_a_progress_update_while_the_summarizer_works_is_kept_and_the_checkpoint_still_applies(
@@ -484,12 +493,12 @@ def test_a_summarizer_past_the_deadline_fails_and_changes_nothing(
 ) -> None:
     ws = make_workspace()
     run(seeded(ws))
-    before = (ws.root / "hot" / "context.json").read_bytes()
+    before = [p.read_bytes() for p in ws.hot.paths]
 
     with pytest.raises(CheckpointFailed, match="deadline"):
         run(make_checkpointer(Canned(during=lambda: asyncio.sleep(30)), deadline=0.05).run(ws, force=True))
 
-    assert (ws.root / "hot" / "context.json").read_bytes() == before
+    assert [p.read_bytes() for p in ws.hot.paths] == before
 
 
 def test_a_second_checkpoint_while_one_runs_is_busy(
@@ -626,8 +635,8 @@ def test_every_compressed_entry_is_in_the_pre_state_commit_even_with_a_write_rig
 
     async def go() -> tuple[dict[str, Any], dict[str, Any]]:
         record = await checkpointer.run(ws, force=True)
-        pre = await snapshots.show(ws, record["pre_commit"], "hot/context.json")
-        return record, hot_format.parse(pre, "pre-state")
+        files = {path: await snapshots.show(ws, record["pre_commit"], path) for path in HOT_PATHS}
+        return record, hot_from_git(files)
 
     record, pre = run(go())
 

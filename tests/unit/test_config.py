@@ -15,6 +15,7 @@ from memd.config import (
     WarmConfig,
     config_to_toml,
     load_config,
+    local_timezone,
     parse_config,
 )
 from memd.errors import ConfigError
@@ -84,6 +85,50 @@ def test_systemd_state_and_runtime_directories_are_honoured() -> None:
 
     assert config.daemon.state_dir == Path("/var/lib/memd")
     assert config.server.socket == Path("/run/memd/memd.sock")
+
+
+# --- warm.timezone: the machine's zone by default ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tz", "zone"),
+    [
+        ("Europe/Paris", "Europe/Paris"),
+        (":Asia/Tokyo", "Asia/Tokyo"),  # the C library's spelling
+        ("/usr/share/zoneinfo/America/New_York", "America/New_York"),
+        (":/usr/share/zoneinfo/posix/Australia/Sydney", "Australia/Sydney"),
+        ("", "UTC"),  # set but empty: UTC, as for the C library
+    ],
+)
+def test_warm_timezone_defaults_to_the_zone_tz_names(tz: str, zone: str) -> None:
+    config = parse_config({}, {**ENV, "TZ": tz})
+
+    assert config.warm.timezone == zone
+    assert config.workspaces["default"].warm.timezone == zone
+
+
+def test_without_tz_the_zone_is_the_one_etc_localtime_links_to(tmp_path: Path) -> None:
+    localtime = tmp_path / "localtime"
+    localtime.symlink_to("/usr/share/zoneinfo/Europe/Berlin")
+
+    assert local_timezone(ENV, localtime) == "Europe/Berlin"
+    assert local_timezone({**ENV, "TZ": "CET-1CEST"}, localtime) == "Europe/Berlin"  # a POSIX rule names no zone
+    assert local_timezone({**ENV, "TZ": "Not/A_Zone"}, localtime) == "Europe/Berlin"
+
+
+def test_a_copied_localtime_falls_back_to_etc_timezone_then_to_utc(tmp_path: Path) -> None:
+    localtime = tmp_path / "localtime"
+    localtime.write_bytes(b"TZif2 a copy, not a link")
+    assert local_timezone(ENV, localtime) == "UTC"
+
+    (tmp_path / "timezone").write_text("America/Sao_Paulo\n", encoding="utf-8")
+    assert local_timezone(ENV, localtime) == "America/Sao_Paulo"
+
+
+def test_an_explicit_timezone_wins_over_the_machines() -> None:
+    config = parse_config({"warm": {"timezone": "Asia/Kolkata"}}, {**ENV, "TZ": "Europe/Paris"})
+
+    assert config.workspaces["default"].warm.timezone == "Asia/Kolkata"
 
 
 def test_an_explicit_setting_wins_over_the_environment_default() -> None:
@@ -413,3 +458,32 @@ def test_the_example_file_states_the_defaults_of_every_limit() -> None:
 
     assert parse_config({"limits": example["limits"]}, ENV).limits == parse_config({}, ENV).limits
     assert set(example["limits"]) == {"hot_max_bytes", "cold_max_bytes", "warm_day_max_bytes"}
+
+
+# --- a workspace's project directory (memd.frontends.project) ---------------------------------------------------
+
+
+def test_a_workspaces_project_directory_is_parsed_expanded_and_shown() -> None:
+    raw = {"workspaces": {"alpha": {"path": "/srv/alpha", "project": "~/src/alpha"}, "beta": {"path": "/srv/beta"}}}
+
+    config = parse_config(raw, ENV)
+
+    assert config.workspaces["alpha"].project == Path(HOME) / "src" / "alpha"
+    assert config.workspaces["beta"].project is None
+    assert tomllib.loads(config_to_toml(config))["workspaces"]["alpha"]["project"] == f"{HOME}/src/alpha"
+
+
+@pytest.mark.parametrize(
+    ("projects", "words"),
+    [
+        ({"a": "/p", "b": "/p/"}, "workspaces.a.project and workspaces.b.project: both name /p"),
+        ({"a": "relative/p"}, "workspaces.a.project: expected an absolute directory"),
+    ],
+)
+def test_a_project_directory_belongs_to_one_workspace_and_is_absolute(projects: dict[str, str], words: str) -> None:
+    raw = {"workspaces": {n: {"path": f"/srv/{n}", "project": p} for n, p in projects.items()}}
+
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, ENV)
+
+    assert any(words in e for e in refused.value.errors)

@@ -98,6 +98,32 @@ def test_a_writer_that_opened_the_file_before_the_publish_keeps_its_late_write(t
     assert temps(tmp_path) == []
 
 
+def test_appends_on_both_sides_of_a_withdrawn_publish_are_all_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "MEMORY.md"
+    target.write_bytes(b"# M\n")
+    real_check = fsio._held_open_for_writing
+    injected: list[Path] = []
+
+    def person_at_the_exchange(path: Path) -> bool:
+        if not injected:  # right after memd's exchange: one `>>` landed in the old file, the next in memd's
+            injected.append(path)
+            with path.open("ab") as old:
+                old.write(b"- person 1\n")
+            with target.open("ab") as new:
+                new.write(b"- person 2\n")
+        return real_check(path)
+
+    monkeypatch.setattr(fsio, "_held_open_for_writing", person_at_the_exchange)
+
+    with pytest.raises(fsio.OutsideChange):
+        fsio.apply_writes([fsio.FileWrite(target, b"# M\n- memd\n", append=False, guarded=True, expected=b"# M\n")])
+
+    assert target.read_bytes() == b"# M\n- person 1\n- person 2\n"  # memd's line comes with the re-plan
+    assert temps(tmp_path) == []
+
+
 def test_a_file_created_by_someone_else_after_planning_is_not_replaced(tmp_path: Path, publish_mode: str) -> None:
     target = tmp_path / "context.json"
     target.write_bytes(b"created meanwhile")

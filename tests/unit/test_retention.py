@@ -434,7 +434,7 @@ def test_the_example_config_states_the_archive_cap_default() -> None:
     example = tomllib.loads((Path(__file__).parents[2] / "config.example.toml").read_text(encoding="utf-8"))
 
     assert example["warm"]["archive_max_bytes"] == WarmConfig().archive_max_bytes == DEFAULT_ARCHIVE_MAX_BYTES
-    assert parse_config({"warm": example["warm"]}, {"HOME": "/home/ada"}).warm == WarmConfig()
+    assert parse_config({"warm": example["warm"]}, {"HOME": "/home/ada", "TZ": "UTC"}).warm == WarmConfig()
 
 
 # --- nothing leaves warm/ that git does not hold ---------------------------------------------------------------
@@ -569,3 +569,85 @@ def test_a_real_sweep_removes_what_the_dry_run_listed_and_logs_it_in_the_local_d
         for name in real["removed"]:
             day = date.fromisoformat(name.removesuffix(".md"))
             assert asyncio.run(ws.read_day(day)) == (parse_day(contents[name].decode()), "archive")
+
+
+# --- a workspace adopted with day files: sweeps only report until one is confirmed --------------------------------
+
+
+def adopted_workspace(
+    root: Path, counter: TokenCounter, io: ThreadPoolExecutor, adopted_sweep: str = "report"
+) -> Workspace:
+    warm_config = WarmConfig(timezone="UTC", retention_days=RETENTION, adopted_sweep=adopted_sweep)  # type: ignore[arg-type]
+    clock = FakeClock(datetime(2026, 11, 20, 12, 0, tzinfo=UTC))
+    config = WorkspaceConfig(name="w", path=root, warm=warm_config)
+    ws = Workspace(config, counter, clock, io, adoption_file=root.parent / "state" / "workspaces" / "w.json")
+    ws.open()
+    return ws
+
+
+def test_a_workspace_that_had_day_files_before_memd_served_it_only_reports_until_a_sweep_is_confirmed(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "ws"
+    old = [TODAY - timedelta(days=k) for k in (30, 9)]
+    make_days(root / "warm", old)  # written by another tool (agents after the article) before memd
+    ws = adopted_workspace(root, counter, io)
+
+    held = asyncio.run(ws.sweep(dry_run=False))
+
+    assert held["held"] and held["removed"] == [] and held["expired"] == [day_name(d) for d in old]
+    assert "memd sweep w --confirm" in held["confirm"] and "adopted_sweep" in held["reason"]
+    assert listing(root / "warm") >= {day_name(d) for d in old}
+    logged = parse_day((root / "warm" / day_name(TODAY)).read_text())
+    assert [e.action for e in logged] == ["retention-sweep"] and dict(logged[0].details)["held"]
+    assert ws.last_sweep == held
+
+    ws = adopted_workspace(root, counter, io)  # a restart: the record in the state dir says it is still pending
+    assert asyncio.run(ws.sweep(dry_run=False))["held"]
+    assert asyncio.run(ws.sweep(dry_run=True))["expired"] == held["expired"]  # a dry run is a dry run
+
+    confirmed = asyncio.run(ws.sweep(dry_run=False, confirm=True))
+
+    assert confirmed["removed"] == [day_name(d) for d in old] and "held" not in confirmed
+    make_days(root / "warm", [TODAY - timedelta(days=20)])
+    ws = adopted_workspace(root, counter, io)  # confirmed for good
+    assert asyncio.run(ws.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=20))]
+
+
+def test_a_workspace_memd_made_or_served_before_sweeps_at_once(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    fresh = adopted_workspace(tmp_path / "fresh", counter, io)
+    make_days(fresh.root / "warm", [TODAY - timedelta(days=30)])
+    assert asyncio.run(fresh.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
+
+    served = tmp_path / "served"  # days and a hot file memd wrote before adoption records existed
+    make_days(served / "warm", [TODAY - timedelta(days=30)])
+    (served / "hot").mkdir()
+    (served / "hot" / "context.json").write_text('{"version": 1, "task": "t"}', encoding="utf-8")
+    ws = adopted_workspace(served, counter, io)
+    assert ws.adoption is not None and not ws.adoption.adopted
+    assert asyncio.run(ws.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
+
+
+def test_adopted_sweep_run_turns_the_hold_off(tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor) -> None:
+    root = tmp_path / "ws"
+    make_days(root / "warm", [TODAY - timedelta(days=30)])
+    ws = adopted_workspace(root, counter, io, adopted_sweep="run")
+
+    assert ws.adoption is not None and ws.adoption.pending
+    assert asyncio.run(ws.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
+
+
+def test_an_unreadable_adoption_record_keeps_the_days(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "ws"
+    make_days(root / "warm", [TODAY - timedelta(days=30)])
+    record = tmp_path / "state" / "workspaces" / "w.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("{not json", encoding="utf-8")
+
+    ws = adopted_workspace(root, counter, io)
+
+    assert asyncio.run(ws.sweep(dry_run=False))["held"]

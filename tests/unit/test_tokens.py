@@ -143,7 +143,7 @@ def realistic_corpus(rng: random.Random) -> list[str]:
     for i in range(300):
         if i % 10 == 0:
             day += timedelta(days=1)
-            pieces.append(day_header(day))
+            pieces.append(day_header(day, "UTC+01:00, Europe/Paris"))
         details = tuple(
             (
                 rng.choice(["file", "command", "lines_changed", "duration", "note", "query", "url"]),

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 from clocks import START, FixedClock
+from hot_files import own_file, read_hot
 
 from memd import fsio, workspace
 from memd.batch import Draft
-from memd.config import BudgetConfig, WorkspaceConfig
+from memd.config import BudgetConfig, WarmConfig, WorkspaceConfig
 from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
 from memd.tiers import cold_format, hot_format, warm_format
 from memd.tokens import TokenCounter
@@ -172,8 +173,8 @@ def test_a_batch_writes_each_file_once(ws: Workspace, monkeypatch: pytest.Monkey
 
     assert len(batches) == 1
     paths = [w.path for w in batches[0]]
-    assert sorted(paths) == sorted({context_json(ws), memory_md(ws), day_file(ws)})
-    assert [n["text"] for n in json.loads(context_json(ws).read_bytes())["notes"]] == [f"n{i}" for i in range(20)]
+    assert sorted(paths) == sorted({context_json(ws), own_file(ws.root), memory_md(ws), day_file(ws)})
+    assert [n["text"] for n in read_hot(ws.root)["notes"]] == [f"n{i}" for i in range(20)]
 
 
 def test_a_full_queue_answers_busy_instead_of_growing(make_workspace: Callable[..., Workspace]) -> None:
@@ -305,7 +306,7 @@ def test_a_failed_disk_write_fails_the_whole_batch_and_changes_nothing(
     later = run(note("later note"), ws=ws)
 
     assert not isinstance(later[0], BaseException)
-    notes = [n["text"] for n in json.loads(context_json(ws).read_bytes())["notes"]]
+    notes = [n["text"] for n in read_hot(ws.root)["notes"]]
     assert notes == ["kept note", "later note"]
 
 
@@ -331,7 +332,7 @@ def test_a_write_failing_half_way_through_a_batch_is_not_acknowledged_and_leaves
     assert ws.usage()["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
     # The hot replace that went in before the append failed was put back: a failed batch changes nothing.
     assert [n["text"] for n in ws.hot.doc["notes"]] == ["first"]
-    assert [n["text"] for n in json.loads(context_json(ws).read_bytes())["notes"]] == ["first"]
+    assert [n["text"] for n in read_hot(ws.root)["notes"]] == ["first"]
     assert not [p for p in (ws.root / "hot").iterdir() if fsio.is_temp_name(p.name)]
 
 
@@ -347,7 +348,7 @@ def test_an_outside_edit_of_context_json_is_adopted_by_the_next_write(ws: Worksp
 
     run(note("after the edit"), ws=ws)
 
-    on_disk = json.loads(context_json(ws).read_bytes())
+    on_disk = read_hot(ws.root)
     assert on_disk["their_field"] == {"set by": "a person"}
     assert on_disk["current_step"] == "edited by hand"
     assert [n["text"] for n in on_disk["notes"]] == ["before the edit", "after the edit"]
@@ -394,6 +395,48 @@ def test_an_outside_append_to_the_day_file_is_kept_and_counted(ws: Workspace) ->
     assert ws.usage()["warm"].tokens == ws.counter.count(text)
 
 
+def test_a_new_day_file_names_the_time_zone_its_entries_are_stamped_in(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    config = WorkspaceConfig("alpha", tmp_path / "alpha", warm=WarmConfig(timezone="America/St_Johns"))
+    ws = Workspace(config, counter, FixedClock(START), io)  # 09:30 UTC is 06:00 in St. John's (UTC-03:30)
+    ws.open()
+
+    run(log("two\nlines", path="C:\\repo"), ws=ws)
+
+    assert day_file(ws).read_text(encoding="utf-8") == (
+        "# Activity Log 2024-03-15 (UTC-02:30, America/St_Johns)\n\n"  # daylight time since 10 March
+        "### 07:00:00 - two\n"
+        "    lines\n"
+        "```\n"
+        "path: C:\\repo\n"
+        "```\n"
+        "\n"
+    )
+
+
+def test_memds_first_entry_in_a_day_file_another_tool_started_follows_a_zoned_heading_once(ws: Workspace) -> None:
+    day_file(ws).write_text(
+        "# Activity Log 2024-03-15\n\n### 08:00:00 - the article's\n```\npath: C:\\new\n```\nResult: ok",
+        encoding="utf-8",
+    )
+    ws.refresh()
+
+    run(log("memd's", path="C:\\new"), ws=ws)
+    run(log("memd's again"), ws=ws)
+
+    text = day_file(ws).read_text(encoding="utf-8")
+    assert text.count("# Activity Log 2024-03-15 (UTC+00:00, UTC)\n") == 1
+    assert text.index("(UTC+00:00, UTC)") > text.index("Result: ok")
+    entries = ws.warm.entries_for(START.date())
+    assert [(e.action, dict(e.details).get("path")) for e in entries] == [
+        ("the article's", "C:\n" + "ew"),  # before the zoned heading: the older rule, which reads `\n` as a newline
+        ("memd's", "C:\\new"),
+        ("memd's again", None),
+    ]
+    assert entries == warm_format.parse_day(text)
+
+
 def test_a_corrupt_context_json_blocks_hot_edits_but_not_warm_edits(ws: Workspace) -> None:
     run(note("last good"), ws=ws)
     context_json(ws).write_text('{"task": "half written', encoding="utf-8")
@@ -415,7 +458,7 @@ def test_hot_edits_resume_once_the_corrupt_file_is_fixed(ws: Workspace) -> None:
     context_json(ws).write_text('{"task": "fixed by hand"}', encoding="utf-8")
     run(note("accepted"), ws=ws)
 
-    on_disk = json.loads(context_json(ws).read_bytes())
+    on_disk = read_hot(ws.root)
     assert on_disk["task"] == "fixed by hand"
     assert [n["text"] for n in on_disk["notes"]] == ["accepted"]
 

@@ -428,3 +428,61 @@ def test_an_ordinary_summary_renders_exactly_as_written() -> None:
     summary = "# Context Summary\n_(extractive: first lines)_\n- [2024-03-15T09:30] a note\n- Decided: x — y\n"
 
     assert "".join(hot_format.render_summary(summary)) == summary
+
+
+# --- two files: hot/context.json (the article's fields) and hot/memd.json (memd's own) ---------------------------
+
+
+def test_memds_keys_go_to_memd_json_and_everything_else_to_context_json() -> None:
+    doc, _ = hot_format.add_note(hot_format.empty_doc(), "a note", NOW)
+    doc = {**doc, "agent_mood": "calm"}
+
+    context, own = hot_format.split(doc, {}, normalize=True)
+
+    assert list(context) == [*hot_format.ARTICLE_KEYS, "agent_mood"]
+    assert list(own) == ["version", "notes", "summary", "checkpoints"]
+    assert own["version"] == hot_format.SCHEMA_VERSION == 2
+
+
+def test_merging_the_two_files_gives_the_document_and_splitting_it_gives_the_files_back(recipe: HotDoc) -> None:
+    own = {"version": 2, "notes": [{"id": "n-1", "ts": "t", "text": "x"}], "summary": "", "checkpoints": []}
+    own["their_own_key"] = 1
+
+    doc, origin = hot_format.merge(recipe, own)
+
+    assert doc == {**recipe, **own}
+    assert origin["their_own_key"] == "own" and origin["agent_mood"] == "context"
+    assert not hot_format.needs_split(origin)
+    assert hot_format.split(doc, origin, normalize=False) == (recipe, own)
+    assert hot_format.split(doc, origin, normalize=True) == (recipe, own)  # an unknown key stays where it is
+
+
+def test_a_file_from_before_format_2_holds_memds_keys_in_context_json_until_it_is_split() -> None:
+    legacy = {"version": 1, "task": "t", "notes": [{"id": "n-1", "ts": "t", "text": "x"}], "summary": "s"}
+
+    doc, origin = hot_format.merge(legacy, None)
+
+    assert hot_format.needs_split(origin)
+    assert hot_format.split(doc, origin, normalize=False) == (legacy, {})  # ordinary writes keep the layout
+    context, own = hot_format.split(doc, origin, normalize=True)
+    assert context == {"task": "t"}
+    assert own == {"version": 1, "notes": legacy["notes"], "summary": "s"}
+
+
+def test_a_key_in_both_files_takes_context_jsons_value() -> None:
+    # A restored old context.json, or a person's edit of one of memd's keys there: the newer intent wins.
+    doc, origin = hot_format.merge({"task": "t", "summary": "restored"}, {"version": 2, "summary": "current"})
+
+    assert doc["summary"] == "restored" and origin["summary"] == "context"
+    assert hot_format.needs_split(origin)
+    assert hot_format.split(doc, origin, normalize=True) == ({"task": "t"}, {"version": 2, "summary": "restored"})
+
+
+def test_the_article_loader_reads_context_json_whatever_memd_added() -> None:
+    doc, _ = hot_format.add_decision(hot_format.empty_doc(), "a", "b", None, NOW)
+    doc, _ = hot_format.add_note(doc, "n", NOW)
+    doc = {**doc, "summary": "# Context Summary\n- x\n", "checkpoints": [{"id": "ckpt-1"}]}
+
+    context, _ = hot_format.split(doc, {}, normalize=True)
+
+    assert set(json.loads(hot_format.serialize(context))) == set(hot_format.ARTICLE_KEYS)

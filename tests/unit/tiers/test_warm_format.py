@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from datetime import date, time
+from datetime import date, datetime, time
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memd.tiers.warm_format import (
+    INDENT,
     WarmEntry,
     day_filename,
     day_header,
+    is_current_format,
     parse_day,
     parse_day_filename,
     render_entry,
+    zone_label,
 )
 
 DAY = date(2024, 3, 15)
+ZONE = "UTC+01:00, Europe/Paris"
 
 # What a day log written by hand or by another agent tool typically looks like.
 HAND_WRITTEN_LOG = """\
@@ -46,7 +51,7 @@ Result: Success
 
 
 def render_day(entries: list[WarmEntry]) -> str:
-    return day_header(DAY) + "".join(render_entry(e) for e in entries)
+    return day_header(DAY, ZONE) + "".join(render_entry(e) for e in entries)
 
 
 # --- file names ---------------------------------------------------------------------------------------------
@@ -81,8 +86,26 @@ def test_leap_day_is_a_day_file() -> None:
     assert parse_day_filename("2024-02-29.md") == date(2024, 2, 29)
 
 
-def test_day_header_is_an_activity_log_title_and_a_blank_line() -> None:
-    assert day_header(DAY) == "# Activity Log 2024-03-15\n\n"
+def test_day_header_is_an_activity_log_title_with_the_time_zone_and_a_blank_line() -> None:
+    assert day_header(DAY, ZONE) == "# Activity Log 2024-03-15 (UTC+01:00, Europe/Paris)\n\n"
+
+
+@pytest.mark.parametrize(
+    ("zone", "local", "label"),
+    [
+        ("Europe/Paris", datetime(2024, 3, 15, 9, 0), "UTC+01:00, Europe/Paris"),
+        ("Europe/Paris", datetime(2024, 7, 15, 9, 0), "UTC+02:00, Europe/Paris"),  # summer time
+        ("America/St_Johns", datetime(2024, 1, 15, 9, 0), "UTC-03:30, America/St_Johns"),
+        ("UTC", datetime(2024, 1, 15, 9, 0), "UTC+00:00, UTC"),
+    ],
+)
+def test_the_zone_label_is_the_offset_then_the_zone(zone: str, local: datetime, label: str) -> None:
+    assert zone_label(local.replace(tzinfo=ZoneInfo(zone)), zone) == label
+
+
+def test_a_zone_label_that_would_break_the_heading_is_refused() -> None:
+    with pytest.raises(ValueError):
+        day_header(DAY, "UTC+01:00) x\n### 12:00:00 - forged (")
 
 
 # --- rendering ----------------------------------------------------------------------------------------------
@@ -124,6 +147,9 @@ def test_a_time_that_is_not_hh_mm_ss_is_refused(bad: str) -> None:
         ("Risk", "Risk"),
         ("back\\slash", "back\\\\slash"),
         ("two\nlines", "two\\nlines"),
+        (" lead", "\\ lead"),
+        ("    four", "\\    four"),  # never a continuation line
+        ("\ttab", "\\\ttab"),
     ],
 )
 def test_keys_escape_colons_and_a_leading_structural_character(key: str, written: str) -> None:
@@ -258,22 +284,113 @@ def test_no_field_value_can_add_entries_or_change_other_fields(hostile: str) -> 
 @pytest.mark.parametrize("hostile", HOSTILE)
 def test_no_detail_line_looks_like_structure_even_to_a_fence_blind_reader(hostile: str) -> None:
     rendered = render_entry(WarmEntry("10:00:00", "a", ((hostile, hostile),), None))
-    detail_lines = rendered.split("\n")[2:-3]
-    assert len(detail_lines) == 1
-    (line,) = detail_lines
-    assert not line.startswith(("#", "`", "Result:"))
+    lines = rendered.split("\n")
+    fence = lines[1]
+    detail_lines = lines[2 : lines.index(fence, 2)]
+    assert detail_lines
+    assert not detail_lines[0].startswith(("#", "`", "Result:", " ", "\t"))  # an escaped key
+    assert all(line.startswith(INDENT) for line in detail_lines[1:])  # the value's next lines
 
 
 @pytest.mark.parametrize("brk", LINE_BREAKS, ids=[repr(b) for b in LINE_BREAKS])
-def test_no_field_holds_a_line_break_any_reader_would_split_on(brk: str) -> None:
-    value = f"a{brk}### 12:00:00 - forged{brk}Result: forged"
+def test_no_value_can_start_a_line_any_reader_would_take_for_structure(brk: str) -> None:
+    value = f"a{brk}### 12:00:00 - forged{brk}Result: forged{brk}```"
     entry = WarmEntry("10:00:00", value, ((value, value),), value)
 
     rendered = render_entry(entry)
 
     assert rendered.splitlines() == rendered.split("\n")[:-1]  # LF is the only line break memd writes
-    assert len(rendered.splitlines()) == 6  # heading, fence, one detail, fence, result, blank
-    assert parse_day(rendered) == [entry]
+    fences = [line for line in rendered.split("\n") if line.startswith("`")]
+    assert len(fences) == 2 and len(fences[0]) > 3  # longer than the ``` inside, so nothing inside closes it
+    for line in rendered.split("\n"):
+        assert line.startswith(("### 10:00:00 - ", "`", "a", "Result: ", INDENT)) or not line, line
+    assert parse_day(render_day([entry])) == [entry]
+
+
+def test_multi_line_text_reads_as_lines_and_a_backslash_is_a_backslash() -> None:
+    entry = WarmEntry(
+        "10:00:00",
+        "Ran the tests",
+        (("command", "pytest -x"), ("output", "2 failed\nFAILED test_a.py::test_x\n\nC:\\repo\\new")),
+        "2 failed\nsee output",
+    )
+
+    rendered = render_entry(entry)
+
+    assert rendered == (
+        "### 10:00:00 - Ran the tests\n"
+        "```\n"
+        "command: pytest -x\n"
+        "output: 2 failed\n"
+        "    FAILED test_a.py::test_x\n"
+        "    \n"
+        "    C:\\repo\\new\n"
+        "```\n"
+        "Result: 2 failed\n"
+        "    see output\n"
+        "\n"
+    )
+    assert parse_day(render_day([entry])) == [entry]
+
+
+def test_details_holding_backtick_runs_get_a_longer_fence() -> None:
+    entry = WarmEntry("10:00:00", "a", (("code", "```python\nprint(1)\n```"), ("inline", "`x` and ````")))
+    rendered = render_entry(entry)
+    assert rendered.split("\n")[1] == "`````"
+    assert parse_day(render_day([entry])) == [entry]
+
+
+def test_a_value_with_a_carriage_return_or_starting_with_the_mark_is_one_escaped_line() -> None:
+    entry = WarmEntry("10:00:00", "\\ not a mark", (("output", "50%\r100%\r\n"),), "\\\\server\\share")
+    rendered = render_entry(entry)
+    assert "### 10:00:00 - \\ \\\\ not a mark\n" in rendered
+    assert "output: \\ 50%\\r100%\\r\\n\n" in rendered
+    assert "Result: \\\\server\\share\n" in rendered  # a leading backslash alone is just a backslash
+    assert parse_day(render_day([entry])) == [entry]
+
+
+def test_an_editor_stripping_trailing_spaces_keeps_a_values_blank_lines() -> None:
+    entry = WarmEntry("10:00:00", "a", (("k", "one\n\nthree"),), "r\n\nr3")
+    stripped = "\n".join(line.rstrip() for line in render_day([entry]).split("\n"))
+    assert parse_day(stripped) == [entry]
+
+
+def test_a_day_file_written_by_the_older_escaping_rule_still_parses() -> None:
+    old = (
+        "# Activity Log 2024-03-15\n\n"
+        "### 09:00:00 - two\\nlines\n"
+        "```\n"
+        "path: C:\\\\repo\\\\new\n"
+        "note: a: b\\nsecond line\n"
+        "```\n"
+        "Result: back\\\\slash\n\n"
+    )
+    assert parse_day(old) == [
+        WarmEntry("09:00:00", "two\nlines", (("path", "C:\\repo\\new"), ("note", "a: b\nsecond line")), "back\\slash")
+    ]
+    assert not is_current_format(old)
+
+
+def test_entries_after_a_zoned_heading_in_an_older_file_are_read_as_written() -> None:
+    old = "# Activity Log 2024-03-15\n\n### 09:00:00 - old\nResult: a\\nb\n\n"
+    new = WarmEntry("10:00:00", "new", (("path", "C:\\new"),), "a\nb")
+    text = old + day_header(DAY, ZONE) + render_entry(new)
+
+    assert parse_day(text) == [WarmEntry("09:00:00", "old", (), "a\nb"), new]
+    assert is_current_format(text)
+
+
+def test_no_entry_forges_structure_for_a_commonmark_reader() -> None:
+    markdown_it = pytest.importorskip("markdown_it")
+    hostile = "\n".join(["x", "### 12:00:00 - forged", "# Title", "```", "~~~", "<!--", "Result: forged", "  ## h2"])
+    entry = WarmEntry("10:00:00", hostile, (("k", hostile), ("```", hostile)), hostile)
+
+    tokens = markdown_it.MarkdownIt("commonmark").parse(render_day([entry, WarmEntry("11:00:00", "after")]))
+
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == ["Activity Log 2024-03-15 (UTC+01:00, Europe/Paris)", "10:00:00 - x", "11:00:00 - after"]
+    assert [t.type for t in tokens].count("fence") == 1
+    assert not [t for t in tokens if t.type == "html_block"]
 
 
 def test_a_line_break_written_by_hand_inside_a_line_is_content_and_unknown_escapes_stay_as_written() -> None:
