@@ -41,6 +41,8 @@ _INSTANCE = f"{os.getpid()}-{secrets.token_hex(3)}"
 def temp_name(path: Path) -> Path:
     """A temp file's name beside `path`: hidden, marked as memd's, unique."""
     return path.parent / f".{path.name}{TEMP_MARKER}{_INSTANCE}-{secrets.token_hex(4)}"
+
+
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO someone planted must fail, not hang the writer

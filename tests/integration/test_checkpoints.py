@@ -172,6 +172,9 @@ FAILURES: dict[str, tuple[Behaviour, str]] = {
     "http-429": (Status(429, headers={"Retry-After": "1"}), "HTTP 429"),
     "hang": (Hang(), "deadline|timed out"),
     "malformed-json": (Malformed(), "JSON"),
+}
+# Replies that arrive but cannot be applied: the extractive summary is applied instead, the rejection is recorded.
+BAD_SUMMARIES: dict[str, tuple[Behaviour, str]] = {
     "empty-content": (Empty(), "empty"),
     "over-budget": (Reply("# Context Summary\n" + "- one more detail worth keeping\n" * 3000), "allotment"),
     "refusal": (Reply("I'm sorry, I can't help with that."), "refusal"),
@@ -190,7 +193,7 @@ def memd_flaky(fake_flaky: FakeLLM) -> Iterator[RunningDaemon]:
     """The failure-matrix daemon: one retry, 1 s per attempt, 3 s overall, a short backoff."""
     with tempfile.TemporaryDirectory(prefix="memd-") as d:
         root = Path(d) / "flaky"
-        names = ["warmup", "retry-429", *FAILURES]
+        names = ["warmup", "retry-429", *FAILURES, *BAD_SUMMARIES]
         config = base_config(
             root,
             workspaces={n: root / "ws" / n for n in names},
@@ -478,6 +481,28 @@ def test_a_failing_endpoint_or_a_bad_summary_changes_nothing_shows_in_status_and
     assert_a_later_good_reply_succeeds(memd_flaky, ws)
 
 
+@pytest.mark.parametrize("ws", list(BAD_SUMMARIES))
+def test_a_summary_that_cannot_be_applied_is_replaced_by_the_extractive_one_and_the_rejection_shows(
+    memd_flaky: RunningDaemon, fake_flaky: FakeLLM, ws: str
+) -> None:
+    behaviour, expected = BAD_SUMMARIES[ws]
+    seeded = seed(memd_flaky, ws)
+    fake_flaky.default = behaviour
+    try:
+        record = memd_flaky.call("checkpoint.run", workspace=ws)["checkpoint"]
+    finally:
+        fake_flaky.default = Reply(GOOD_SUMMARY)
+
+    assert requests_of(fake_flaky, ws), "the endpoint was asked first"
+    assert record["backend"] == "extractive"
+    assert record["rejected"]["backend"] == "openai" and expected in record["rejected"]["reason"].lower()
+    hot = memd_flaky.call("hot.get", workspace=ws)["hot"]
+    assert hot["task"] == seeded.task and hot["pending_actions"] == seeded.pending
+    status = checkpoint_status(memd_flaky, ws)
+    assert status["consecutive_failures"] == 0 and status["llm_summaries_rejected"] >= 1
+    assert expected in (status["last_rejection"] or "").lower()
+
+
 def test_a_refused_connection_changes_nothing_and_a_reachable_endpoint_after_reload_succeeds(
     make_daemon: Callable[..., RunningDaemon], short_root: Path
 ) -> None:
@@ -654,8 +679,12 @@ def test_checkpoint_run_with_nothing_old_enough_to_compress_fails_clearly_and_ch
 ) -> None:
     ws = "idle"
     seed(memd_llm, ws, notes=3, decisions=KEEP_DECISIONS)
+    before = tier_files(memd_llm.workspace(ws))
 
-    assert_failure_changed_nothing(
-        memd_llm, ws, lambda: memd_llm.call("checkpoint.run", workspace=ws), "nothing in 'idle' is old enough"
-    )
+    with pytest.raises(MemdError, match="nothing in 'idle' is old enough"):
+        memd_llm.call("checkpoint.run", workspace=ws)
+
+    assert tier_files(memd_llm.workspace(ws)) == before
     assert requests_of(fake_ok, ws) == []
+    # A forced run with nothing to compress is not a failure: it starts no backoff for the automatic ones.
+    assert checkpoint_status(memd_llm, ws)["consecutive_failures"] == 0
