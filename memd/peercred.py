@@ -1,5 +1,8 @@
 """Who is on the other end of a Unix socket: pid, uid, primary gid (SO_PEERCRED) and supplementary groups.
 
+`peer_of` raises when the kernel does not say who the peer is; it never guesses one (the server refuses such a
+connection). Only the supplementary groups fall back, to /proc, and an unreadable fallback means no groups.
+
 Imports memd.handlers (the Peer record).
 """
 

@@ -6,8 +6,11 @@ written in request order. Methods the daemon names "taskless" (handlers that onl
 timeout or a lock that needs a Task) run without a Task: each Task costs two loop turns, and a single client
 pays every turn in latency. Limits: a line over `max_request_bytes` gets -32003 and the connection is closed; a
 partial line that stalls for `request_timeout_seconds`, or a connection idle for `idle_timeout_seconds`, is
-closed; connections over `max_connections` get -32004 and are closed. One connection's failure never touches
-another. Imports memd.peercred, memd.handlers, memd.protocol and memd.errors.
+closed; connections over `max_connections` get -32004 and are closed. A peer whose credentials cannot be read
+(SO_PEERCRED fails) gets -32002 and is closed, whatever the policy: memd fails closed, never guesses a peer. One
+connection's failure never touches another. After a reload (`recheck_peers`) each connection's peer is checked
+again before its next request; one the new config no longer allows gets -32002 and is closed. Imports
+memd.peercred, memd.handlers, memd.protocol and memd.errors.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ MAX_IN_FLIGHT_PER_CONNECTION = 64  # beyond this, stop reading from the client u
 # flight, so without this one client pipelining heavy reads would hold the loop for the whole chunk it sent.
 MAX_LINES_PER_TURN = MAX_IN_FLIGHT_PER_CONNECTION
 
+# The peer of a connection not (yet) admitted; no policy ever sees it (uid -1 is no one's uid).
+UNIDENTIFIED = Peer(pid=0, uid=-1, gid=-1)
+
 Dispatch = Callable[[Peer, protocol.Request], Coroutine[Any, Any, Any]]
 Authorize = Callable[[Peer], bool]
 
@@ -58,7 +64,8 @@ class Server:
         self.limits = limits
         self.taskless = taskless  # methods whose handlers await nothing but futures: run without a Task
         self.connections: set[Connection] = set()
-        self.stats = {"accepted": 0, "refused": 0, "denied": 0, "requests": 0, "errors": 0}
+        self.generation = 0  # bumped when who may connect may have changed (a reload): peers are checked again
+        self.stats = {"accepted": 0, "refused": 0, "denied": 0, "unidentified": 0, "requests": 0, "errors": 0}
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -66,6 +73,11 @@ class Server:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(lambda: Connection(self), sock=sock, backlog=512)
         self._sweeper = loop.call_later(self._sweep_interval(), self._sweep)
+
+    def recheck_peers(self) -> None:
+        """The policy `authorize` applies changed: every open connection's peer is checked again before its next
+        request, and one no longer allowed is refused and closed."""
+        self.generation += 1
 
     def _sweep_interval(self) -> float:
         return max(0.05, min(1.0, self.limits.request_timeout / 4, self.limits.idle_timeout / 4))
@@ -113,11 +125,12 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
-        self.peer = Peer(0, -1, -1)
+        self.peer = UNIDENTIFIED
         self.buffer = bytearray()
         self.responses: deque[_Reply] = deque()
         self.in_flight = 0
-        self.closing = False
+        self.generation = 0  # the server's generation this peer was last admitted under
+        self.closing = True  # until connection_made admits the peer: nothing it sends is read before that
         self.last_active = 0.0
         self.partial_since = 0.0
         self._paused = False
@@ -131,11 +144,13 @@ class Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         server = self.server
-        sock = transport.get_extra_info("socket")
         try:
-            self.peer = peer_of(sock)
-        except OSError:
-            self.peer = Peer(0, -1, -1)
+            self.peer = peer_of(transport.get_extra_info("socket"))
+        except Exception as exc:  # whatever the reason, a peer memd cannot identify is never admitted
+            server.stats["unidentified"] += 1
+            log.warning("refused a connection: could not read the peer's credentials: %r", exc)
+            self._refuse(ACCESS_DENIED, "could not read the peer's credentials (SO_PEERCRED); refusing the connection")
+            return
         if len(server.connections) >= server.limits.max_connections:
             server.stats["refused"] += 1
             self._refuse(BUSY, f"too many connections (limit {server.limits.max_connections}); retry shortly")
@@ -146,6 +161,8 @@ class Connection(asyncio.Protocol):
             self._refuse(ACCESS_DENIED, f"uid {self.peer.uid} is not allowed to use this memd socket")
             return
         server.stats["accepted"] += 1
+        self.generation = server.generation
+        self.closing = False
         server.connections.add(self)
         self.last_active = asyncio.get_running_loop().time()
 
@@ -234,6 +251,8 @@ class Connection(asyncio.Protocol):
     # --- requests -------------------------------------------------------------------------------------------
 
     def _handle_line(self, line: bytes) -> None:
+        if self.generation != self.server.generation and not self._readmit():
+            return
         self.server.stats["requests"] += 1
         reply = _Reply()
         self.responses.append(reply)
@@ -251,6 +270,19 @@ class Connection(asyncio.Protocol):
         else:
             task = asyncio.get_running_loop().create_task(coro)
             task.add_done_callback(lambda t: self._finish_task(reply, request, t))
+
+    def _readmit(self) -> bool:
+        """The config was reloaded since this peer was admitted: check it again, before its next request."""
+        server = self.server
+        if server.authorize(self.peer):
+            self.generation = server.generation
+            return True
+        server.stats["denied"] += 1
+        log.warning("uid %d is no longer allowed (config reloaded); closing its connection", self.peer.uid)
+        self._refuse(
+            ACCESS_DENIED, f"uid {self.peer.uid} is no longer allowed to use this memd socket (the config was reloaded)"
+        )
+        return False
 
     def _step(self, reply: _Reply, request: protocol.Request, coro: Coroutine[Any, Any, Any]) -> None:
         """Run a handler without a Task: up to its next await now, the rest when the awaited future is done.

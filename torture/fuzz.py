@@ -42,7 +42,10 @@ REQUEST_TIMEOUT = 3.0  # long enough that our own sender thread never stalls a b
 BATCH = 40
 WORKERS = 4
 RECOVERY = 30.0
-ANSWER_TIMEOUT = 5.0  # answers normally come in milliseconds; past this a line is taken as never answered
+# Answers normally come in milliseconds; past this a line is taken as never answered. A hang detector, not a
+# performance bound: generous, so that a loaded CI machine never reads as a withheld answer.
+ANSWER_TIMEOUT = 30.0
+LIVENESS = 10.0  # how long a ping may take before the daemon counts as unresponsive (again not a speed limit)
 _MISSING = object()
 RAW = "__RAW_VALUE__"
 
@@ -466,7 +469,7 @@ def run(ctx: Context) -> Report:
             wedged = [w for w in findings.wedged if LONE_SURROGATE.search(w.encode("utf-8", "backslashreplace"))]
             if len(wedged) >= QUARANTINE_AFTER:
                 gen.no_surrogates = True
-            if not d.alive() or not d.ping(10):
+            if not d.alive() or not d.ping(LIVENESS):
                 deaths += 1
                 dead = not d.alive()
                 report.fail(
@@ -488,7 +491,7 @@ def run(ctx: Context) -> Report:
             d.stop()  # start the limit checks from a clean daemon
             d.start()
         special = limits(ctx, d, report)
-        if not d.alive() or not d.ping(10):
+        if not d.alive() or not d.ping(LIVENESS):
             deaths += 1
             report.fail(f"daemon dead or unresponsive after the limit checks:\n{d.log_tail(15)}")
         state = verify.inspect(ws)
@@ -571,7 +574,7 @@ def limits(ctx: Context, d: Daemon, report: Report) -> int:
         c.send(b'{"jsonrpc":"2.0","id":%d,"method":"pi' % k)
         stalled.append(c)
     t0 = time.monotonic()
-    report.check(d.ping(3), "a normal client was not served while 20 half-line connections stalled")
+    report.check(d.ping(LIVENESS), "a normal client was not served while 20 half-line connections stalled")
     for c in stalled:
         try:
             answer = c.read_line(REQUEST_TIMEOUT + 5)
@@ -610,7 +613,7 @@ def non_reading_client(ctx: Context, d: Daemon, report: Report) -> int:
             except BlockingIOError:
                 time.sleep(0.05)
         t0 = time.monotonic()
-        answered = d.ping(10)
+        answered = d.ping(LIVENESS)
         slowest = time.monotonic() - t0
         peak = d.rss_kb()
     peaks = [peak]
@@ -627,12 +630,14 @@ def non_reading_client(ctx: Context, d: Daemon, report: Report) -> int:
         f"{requests:,} pipelined context.get ({size / 1024:.0f} kB answers), never read; another client's "
         f"ping took {slowest:.1f} s{'' if answered else ' (no answer)'}; RSS {grown:+.0f} MB",
     )
+    # How long the other client's ping took is a figure (above), not a check: on a loaded machine any bound on
+    # it is a bound on the machine. What must hold is that it was answered and that memory stayed bounded by the
+    # documented 64 requests in flight per connection.
     report.check(
-        answered and slowest < 2.0 and grown < 64,
-        f"one client that pipelines {requests:,} requests without reading delayed another client's ping "
-        f"{slowest:.1f} s{'' if answered else ' (no answer)'} and grew memd {grown:.0f} MB: memd/server.py "
-        "Connection.data_received dispatches every complete line of the chunk it got (asyncio reads up to 256 KiB) "
-        "before pausing, so the documented 64-in-flight limit does not hold",
+        answered and grown < 64,
+        f"one client that pipelines {requests:,} requests without reading "
+        f"{'grew' if answered else 'starved another client (no answer to its ping) and grew'} memd {grown:.0f} MB: "
+        "the 64-in-flight limit per connection (memd/server.py) does not hold",
     )
     if not report.check(bool(back), f"the daemon did not answer ping within {RECOVERY:.0f} s after the client left"):
         d.close()  # restarted so that the remaining checks test what they are about
@@ -690,7 +695,7 @@ def burst(ctx: Context, d: Daemon, report: Report) -> int:
             sel.unregister(s)
         s.close()
     sel.close()
-    alive = d.alive() and d.ping(5)
+    alive = d.alive() and d.ping(LIVENESS)
     report.check(alive, "daemon dead or unresponsive after the connection burst")
     released = wait_until(lambda: _connections(d) <= 1, 10.0, 0.1)
     others = {k: v for k, v in outcome.items() if k not in ("pong", "busy -32004")}

@@ -366,13 +366,17 @@ def _digest(tree: dict[str, bytes | None], acked: set[str], torn: bool) -> str:
 
 
 def check_state(directory: Path, tree: dict[str, bytes | None], acked: set[str], torn: bool, counter: Any) -> list[str]:
+    from memd import fsio
     from memd.config import WorkspaceConfig
     from memd.workspace import Workspace
 
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
+    # The recording ran in this process; the memd that recovers after a power cut is another one, so the temp
+    # files the recording left are a dead writer's (fsio keeps a live process's own temp files).
+    mine = f"{fsio.TEMP_MARKER}{os.getpid()}-"
     for rel, data in sorted(tree.items()):
-        path = directory / rel
+        path = directory / rel.replace(mine, f"{fsio.TEMP_MARKER}0-")
         if data is None:
             path.mkdir(parents=True, exist_ok=True)
         else:

@@ -2,10 +2,12 @@
 
     .venv/bin/python torture/run.py [--seed N] [--only SCENARIO[,SCENARIO...]] [--ci] [--scale F] [--keep] [-v]
 
-Scenarios (torture/README.md says what each proves): crash, powerloss, disk, fuzz, traversal, users, deps, soak.
+Scenarios (torture/README.md says what each proves): crash, powerloss, disk, fuzz, traversal, users, deps, soak,
+person, sharing.
 Each prints its figures; the last line is the summary. The exit status is 1 when anything was lost or corrupt,
-the daemon died, or any other check failed; 2 for a harness error. A skipped scenario (missing privilege) says
-why and does not fail the run. `--scale` multiplies every size (the smoke test runs `--ci --scale 0.1`).
+the daemon died, or any other check failed; 2 for a harness error. A scenario that cannot run (missing privilege)
+says why; it does not fail a local run, but under `--ci` it does (CI runs as root, so a skip there is a gap).
+`--scale` multiplies every size (the smoke test runs `--ci --scale 0.1`).
 Everything runs under one temporary directory in /tmp, removed at the end (`--keep` keeps it for a post-mortem).
 """
 
@@ -26,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "torture"]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from torture import crash, deps, diskfault, fuzz, powerloss, soak, traversal, users  # noqa: E402
+from torture import crash, deps, diskfault, fuzz, person, powerloss, sharing, soak, traversal, users  # noqa: E402
 from torture.lib import Context, Report, fmt  # noqa: E402
 
 SCENARIOS: dict[str, Callable[[Context], Report]] = {
@@ -38,6 +40,8 @@ SCENARIOS: dict[str, Callable[[Context], Report]] = {
     "users": users.run,
     "deps": deps.run,
     "soak": soak.run,
+    "person": person.run,
+    "sharing": sharing.run,
 }
 
 
@@ -89,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 report.fail("harness error:\n" + traceback.format_exc())
             finally:
                 ctx.procs.kill_all()
+            if ctx.ci and report.skipped:  # CI has every privilege a scenario needs: a skip there hides a gap
+                report.fail(f"{name} cannot run under --ci: {report.skipped}")
             report.seconds = time.monotonic() - t0
             reports.append(report)
             print_report(report)
@@ -121,7 +127,7 @@ def _remove(tmp: Path) -> None:
 
 
 def print_report(report: Report) -> None:
-    status = "SKIPPED" if report.skipped else ("FAILED" if report.failures else "ok")
+    status = "FAILED" if report.failures else ("SKIPPED" if report.skipped else "ok")
     print(f"== {report.name}: {status} ({report.seconds:.1f} s)", flush=True)
     if report.skipped:
         print(f"  skipped: {report.skipped}")
@@ -158,10 +164,10 @@ def summary(reports: list[Report], seconds: float) -> str:
             f"{fmt(total.get('fuzz_cases', 0))} fuzz cases, {fmt(total.get('daemon_deaths', 0))} daemon deaths, "
             f"{fmt(total.get('internal_errors', 0))} internal errors"
         )
-    for name in ("disk", "traversal", "users", "deps", "soak"):
+    for name in ("disk", "traversal", "users", "deps", "soak", "person", "sharing"):
         r = by_name.get(name)
         if r is not None:
-            state = "skipped" if r.skipped else (f"{len(r.failures)} failed checks" if r.failures else "ok")
+            state = f"{len(r.failures)} failed checks" if r.failures else ("skipped" if r.skipped else "ok")
             parts.append(f"{name} {state}" + (f" ({r.summary})" if r.summary and not r.skipped else ""))
     failed = sum(len(r.failures) for r in reports)
     parts.append(f"{failed} failures in {seconds:.0f} s")

@@ -26,7 +26,6 @@ REQUEST_TOO_LARGE = -32003
 BUSY = -32004
 
 CLOSE_WAIT = 5.0  # bounded wait for the daemon to close a connection it should close
-ANSWER_WAIT = 2.0  # bounded wait for an answer that a known bug withholds (keeps the strict xfails short)
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------
@@ -264,11 +263,23 @@ def test_a_request_with_a_null_id_is_not_a_notification_and_is_answered_with_a_n
     assert response["result"]["pong"] is True
 
 
-NOTIFICATION_BUG = (
-    "BUG: server.Connection._finish encodes a result for every request, notifications included; "
-    "encode_result(request.id=_NO_ID sentinel) raises TypeError, the fallback encode_error raises again inside "
-    "the task's done-callback, the response future is never resolved and _flush blocks every later response"
-)
+def test_a_notification_is_never_answered_whether_it_succeeds_or_fails(connect: Connect, memd: RunningDaemon) -> None:
+    conn = connect(memd)
+    conn.send(
+        request("ping"),
+        request("warm.log", workspace="beta", action="logged by a notification"),
+        request("no.such.method"),
+        request("warm.log", workspace="beta"),  # no action: invalid params
+        request("hot.get", workspace="no-such-workspace"),
+        request("ping", 7),
+    )
+
+    # Responses keep request order: anything owed for a notification would come before the answer to id 7.
+    first = conn.read()
+    assert first["id"] == 7, f"a notification was answered: {first}"
+    assert first["result"]["pong"] is True
+    conn.send(request("ping", 8))
+    assert conn.read()["id"] == 8
 
 
 def _actions(daemon: RunningDaemon, workspace: str) -> list[str]:

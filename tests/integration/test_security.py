@@ -90,8 +90,11 @@ def _converse(path: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
         return {"lines": lines, "closed": True}
 
 
-def as_user(uid: int, gid: int, action: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-    """`action(*args)` in a forked child that dropped every root privilege to uid/gid (no supplementary groups).
+def as_user(
+    uid: int, gid: int, action: Callable[..., dict[str, Any]], *args: Any, groups: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """`action(*args)` in a forked child that dropped every root privilege to uid/gid and `groups` (the
+    supplementary groups; none by default).
 
     The child inherits the test's imported modules, so it needs no access to the virtualenv; its JSON-able
     result comes back over a pipe and it never returns into pytest.
@@ -102,7 +105,7 @@ def as_user(uid: int, gid: int, action: Callable[..., dict[str, Any]], *args: An
         status = 1
         try:
             os.close(read_end)
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setgid(gid)
             os.setuid(uid)
             outcome = action(*args)
@@ -123,9 +126,12 @@ def as_user(uid: int, gid: int, action: Callable[..., dict[str, Any]], *args: An
     return outcome
 
 
-def converse(uid: int, gid: int, path: Path, requests: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """As uid/gid: send each request and read its answer; with none, read until memd closes the connection."""
-    return as_user(uid, gid, _converse, str(path), requests or [])
+def converse(
+    uid: int, gid: int, path: Path, requests: list[dict[str, Any]] | None = None, groups: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """As uid/gid (and supplementary `groups`): send each request and read its answer; with none, read until memd
+    closes the connection."""
+    return as_user(uid, gid, _converse, str(path), requests or [], groups=groups)
 
 
 def error_code(line: dict[str, Any]) -> int | None:
@@ -335,6 +341,19 @@ def test_an_allowed_gid_is_served(make_daemon: MakeDaemon, short_root: Path) -> 
 
     assert served["lines"][0]["result"]["pong"] is True
     assert [error_code(line) for line in denied["lines"]] == [ACCESS_DENIED]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a client as another uid with chosen groups")
+def test_an_allowed_gid_held_only_as_a_supplementary_group_is_served(make_daemon: MakeDaemon, short_root: Path) -> None:
+    d = make_daemon(config=base_config(short_root / "d", server={"socket_mode": "0666", "allowed_gids": [NOBODY]}))
+    open_up(d)
+
+    member = converse(OTHER, OTHER, d.socket_path, [PING], groups=(OTHER, NOBODY))  # usermod -aG, then a login
+    stranger = converse(OTHER, OTHER, d.socket_path, groups=(OTHER, 65533))
+
+    assert member["lines"][0].get("result", {}).get("pong") is True, member
+    assert [error_code(line) for line in stranger["lines"]] == [ACCESS_DENIED]
+    assert d.call("status")["server"]["denied"] == 1
 
 
 # --- per-workspace rules ------------------------------------------------------------------------------------------

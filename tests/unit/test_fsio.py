@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -314,7 +318,11 @@ def test_apply_writes_applies_in_order_and_returns_fingerprints_in_order(tmp_pat
     assert [fp.size for fp in fps] == [9, 18, 3, 24]
 
 
-def test_apply_writes_stops_at_the_first_failure_and_keeps_earlier_writes(tmp_path: Path) -> None:
+def test_apply_writes_stops_at_the_first_failed_append_keeping_earlier_appends_and_unguarded_replaces(
+    tmp_path: Path,
+) -> None:
+    # Replaces are published before the appends; a failed append puts back only guarded replaces (test_publish.py):
+    # of what an unguarded one displaced nothing is known, so it stays.
     first, last = tmp_path / "first.md", tmp_path / "last.md"
     writes = [
         fsio.FileWrite(first, b"durable\n", append=True),
@@ -326,4 +334,721 @@ def test_apply_writes_stops_at_the_first_failure_and_keeps_earlier_writes(tmp_pa
         fsio.apply_writes(writes)
 
     assert first.read_bytes() == b"durable\n"
-    assert not last.exists()
+    assert last.read_bytes() == b"never\n"
+    assert temp_names(tmp_path) == []
+
+
+# --- what is made durable, in what order ---------------------------------------------------------------------------
+
+
+class Journal:
+    """Stands in for fsio's `os` and its renames: performs each call for real and logs what it changes.
+
+    Names are durable only once their directory is fsynced (a killed process cannot show this: the page cache
+    survives it; a power cut does not). The log is what torture/powerloss.py replays, reduced to the rule."""
+
+    def __init__(self, renames: fsio.Renames) -> None:
+        self.ops: list[tuple[str, Path]] = []
+        self._paths: dict[int, Path] = {}
+        self._renames = renames
+        self.supported = renames.supported
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def open(self, path: os.PathLike[str] | str, flags: int, mode: int = 0o777) -> int:
+        existed = os.path.lexists(path)
+        fd = os.open(path, flags, mode)
+        self._paths[fd] = Path(path)
+        if flags & os.O_CREAT and not existed:
+            self.ops.append(("create", Path(path)))
+        return fd
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+        self._paths.pop(fd, None)
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.ops.append(("write", self._paths[fd]))
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+        self.ops.append(("fsync", self._paths[fd]))
+
+    def replace(self, src: Path, dst: Path) -> None:
+        os.replace(src, dst)
+        self.ops.append(("rename", Path(dst)))
+
+    def unlink(self, path: Path) -> None:
+        os.unlink(path)
+        self.ops.append(("unlink", Path(path)))
+
+    def mkdir(self, path: Path, mode: int = 0o777) -> None:
+        os.mkdir(path, mode)
+        self.ops.append(("mkdir", Path(path)))
+
+    # Renames' interface (fsio.RENAMES)
+    def exchange(self, src: Path, dst: Path) -> None:
+        self._renames.exchange(src, dst)
+        self.ops.append(("rename", Path(dst)))
+
+    def noreplace(self, src: Path, dst: Path) -> None:
+        self._renames.noreplace(src, dst)
+        self.ops.append(("rename", Path(dst)))
+
+    def unsupported(self, exc: OSError, path: Path) -> bool:
+        return self._renames.unsupported(exc, path)
+
+    def available_for(self, path: Path) -> bool:
+        return self.supported and self._renames.available_for(path)
+
+    def undurable(self) -> list[str]:
+        """Each change that no later fsync makes durable: a name (created, renamed to, made or removed) whose
+        directory is not fsynced after it, a write whose file is not. memd's own temp names need no directory
+        fsync (startup removes them); what a rename puts in place does."""
+        problems = []
+        for i, (kind, path) in enumerate(self.ops):
+            if kind == "fsync" or (kind == "create" and fsio.is_temp_name(path.name)):
+                continue
+            if kind == "unlink" and fsio.is_temp_name(path.name):
+                continue
+            needs = path if kind == "write" else path.parent
+            if ("fsync", needs) not in self.ops[i + 1 :]:
+                problems.append(f"{kind} {path}: no fsync of {needs} after it")
+        return problems
+
+
+@pytest.fixture
+def journal(monkeypatch: pytest.MonkeyPatch) -> Journal:
+    recorder = Journal(fsio.RENAMES)
+    monkeypatch.setattr(fsio, "os", recorder)
+    monkeypatch.setattr(fsio, "RENAMES", recorder)
+    return recorder
+
+
+def test_a_replace_fsyncs_the_directory_after_the_rename_whether_the_file_was_new_or_not(
+    tmp_path: Path, journal: Journal
+) -> None:
+    fsio.atomic_replace(tmp_path / "new.json", b"{}\n")
+    (tmp_path / "old.json").write_bytes(b"old\n")
+    fsio.atomic_replace(tmp_path / "old.json", b"new\n")
+
+    assert [op for op in journal.ops if op[0] == "rename"] == [
+        ("rename", tmp_path / "new.json"),
+        ("rename", tmp_path / "old.json"),
+    ]
+    assert journal.undurable() == []
+
+
+def test_an_append_that_creates_its_file_fsyncs_the_directory(tmp_path: Path, journal: Journal) -> None:
+    fsio.durable_append(tmp_path / "2024-03-15.md", b"### 10:00:00 - first\n")
+    fsio.durable_append(tmp_path / "2024-03-15.md", b"### 10:00:01 - second\n")
+
+    assert ("create", tmp_path / "2024-03-15.md") in journal.ops
+    assert journal.undurable() == []
+
+
+def test_ensure_dir_fsyncs_the_parent_of_each_directory_it_makes(tmp_path: Path, journal: Journal) -> None:
+    fsio.ensure_dir(tmp_path / "ws" / "warm" / "archive")
+
+    assert [op for op in journal.ops if op[0] == "mkdir"] == [
+        ("mkdir", tmp_path / "ws"),
+        ("mkdir", tmp_path / "ws" / "warm"),
+        ("mkdir", tmp_path / "ws" / "warm" / "archive"),
+    ]
+    assert journal.undurable() == []
+
+
+def test_a_batch_fsyncs_every_directory_it_renamed_or_created_in(tmp_path: Path, journal: Journal) -> None:
+    hot, cold, warm = tmp_path / "hot", tmp_path / "cold", tmp_path / "warm"
+    for d in (hot, cold, warm):
+        d.mkdir()
+    (cold / "MEMORY.md").write_bytes(b"# Agent Memory\n")
+    writes = [
+        fsio.FileWrite(warm / "2024-03-15.md", b"# day\n", append=True),
+        fsio.FileWrite(
+            cold / "MEMORY.md", b"# Agent Memory\n\n## x\n", append=False, guarded=True, expected=b"# Agent Memory\n"
+        ),
+        fsio.FileWrite(hot / "context.json", b"{}\n", append=False, guarded=True, expected=None),
+    ]
+
+    fsio.apply_writes(writes)
+
+    renamed = {path for kind, path in journal.ops if kind == "rename"}
+    assert renamed == {cold / "MEMORY.md", hot / "context.json"}
+    assert ("create", warm / "2024-03-15.md") in journal.ops
+    assert journal.undurable() == []
+
+
+def test_a_batch_on_a_filesystem_without_renameat2_flags_still_fsyncs_after_its_renames(
+    tmp_path: Path, journal: Journal
+) -> None:
+    journal.supported = False  # the fallback: compare, then a plain rename
+    (tmp_path / "MEMORY.md").write_bytes(b"old\n")
+    writes = [
+        fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n"),
+        fsio.FileWrite(tmp_path / "context.json", b"{}\n", append=False),
+    ]
+
+    fsio.apply_writes(writes)
+
+    assert {path for kind, path in journal.ops if kind == "rename"} == {
+        tmp_path / "MEMORY.md",
+        tmp_path / "context.json",
+    }
+    assert journal.undurable() == []
+
+
+def test_removing_stale_temp_files_fsyncs_their_directory(tmp_path: Path, journal: Journal) -> None:
+    stale = tmp_path / f".context.json{fsio.TEMP_MARKER}123-abcd"
+    stale.write_bytes(b"half")
+
+    assert fsio.remove_stale_temp_files([tmp_path]) == [stale]
+
+    removed = [i for i, op in enumerate(journal.ops) if op == ("unlink", stale)]
+    assert removed and ("fsync", tmp_path) in journal.ops[removed[0] + 1 :]
+
+
+# --- what every open asks for: no symlink followed, no FIFO waited on, no descriptor leaked to children ----------
+
+
+class Opens(Journal):
+    """The Journal, also logging the flags of every open (by path) and cutting every write short."""
+
+    def __init__(self, renames: fsio.Renames, max_write: int = 1 << 30) -> None:
+        super().__init__(renames)
+        self.flags: list[tuple[Path, int]] = []
+        self.max_write = max_write
+
+    def open(self, path: os.PathLike[str] | str, flags: int, mode: int = 0o777) -> int:
+        self.flags.append((Path(path), flags))
+        return super().open(path, flags, mode)
+
+    def write(self, fd: int, data: bytes) -> int:
+        return super().write(fd, bytes(data[: self.max_write]))
+
+
+@pytest.fixture
+def opens(monkeypatch: pytest.MonkeyPatch) -> Opens:
+    recorder = Opens(fsio.RENAMES, max_write=7)  # a short write at every call: what os.write may do
+    monkeypatch.setattr(fsio, "os", recorder)
+    monkeypatch.setattr(fsio, "RENAMES", recorder)
+    return recorder
+
+
+def test_every_open_refuses_symlinks_and_is_closed_on_exec_reads_never_wait_on_a_fifo(
+    tmp_path: Path, opens: Opens
+) -> None:
+    (tmp_path / "old.md").write_bytes(b"line\n")
+    fsio.atomic_replace(tmp_path / "a.json", b"{}\n")
+    fsio.durable_append(tmp_path / "new.md", b"x\n")
+    fsio.durable_append(tmp_path / "old.md", b"y\n")
+    fsio.apply_writes([fsio.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
+    fsio.read_bytes(tmp_path / "old.md")
+    fsio.read_range(tmp_path / "old.md", 2)
+    fsio.last_byte(tmp_path / "old.md", 3)
+
+    files = [(p, f) for p, f in opens.flags if not f & os.O_DIRECTORY]
+    directories = [(p, f) for p, f in opens.flags if f & os.O_DIRECTORY]
+    assert len(files) == 8 and len(directories) >= 3
+    for path, flags in opens.flags:
+        assert flags & os.O_CLOEXEC, f"{path} opened without O_CLOEXEC"
+    for path, flags in files:
+        assert flags & os.O_NOFOLLOW, f"{path} opened without O_NOFOLLOW"
+        if flags & os.O_ACCMODE == os.O_RDONLY or flags & os.O_APPEND:
+            assert flags & os.O_NONBLOCK, f"{path} opened without O_NONBLOCK: a FIFO there would hang memd"
+    for path, flags in directories:
+        assert flags & os.O_ACCMODE == os.O_RDONLY and path.is_dir()
+
+
+def test_short_writes_are_continued_until_every_byte_is_written(tmp_path: Path, opens: Opens) -> None:
+    data = bytes(range(256)) * 3
+
+    fsio.atomic_replace(tmp_path / "a.json", data)
+    fsio.durable_append(tmp_path / "log.md", data)
+    fsio.apply_writes([fsio.FileWrite(tmp_path / "b.json", data, append=False)])
+
+    assert [(tmp_path / n).read_bytes() for n in ("a.json", "log.md", "b.json")] == [data] * 3
+
+
+def test_an_append_to_an_existing_file_fsyncs_only_the_file(tmp_path: Path, journal: Journal) -> None:
+    (tmp_path / "log.md").write_bytes(b"x\n")
+
+    fsio.durable_append(tmp_path / "log.md", b"y\n")
+
+    assert [op for op in journal.ops if op[0] == "fsync"] == [("fsync", tmp_path / "log.md")]
+
+
+# --- modes ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_files_are_created_0644_and_directories_0755_or_as_asked(tmp_path: Path, umask_022: None) -> None:
+    fsio.atomic_replace(tmp_path / "a.json", b"{}\n")
+    fsio.durable_append(tmp_path / "log.md", b"x\n")
+    fsio.apply_writes([fsio.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
+    fsio.ensure_dir(tmp_path / "d" / "e")
+    fsio.ensure_dir(tmp_path / "p" / "q", mode=0o700)
+
+    assert [mode_of(tmp_path / n) for n in ("a.json", "log.md", "b.json")] == [0o644] * 3
+    assert [mode_of(tmp_path / n) for n in ("d", "d/e", "p", "p/q")] == [0o755, 0o755, 0o700, 0o700]
+
+
+# --- refusals say what and where ----------------------------------------------------------------------------------
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("reader", ["read_bytes", "read_range", "last_byte"])
+def test_reading_anything_but_a_regular_file_is_einval_naming_it_and_leaks_no_descriptor(
+    tmp_path: Path, reader: str
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    before = open_fds()
+
+    with pytest.raises(OSError) as caught:
+        getattr(fsio, reader)(fifo, *(() if reader == "read_bytes" else (1,)))
+
+    assert caught.value.errno == errno.EINVAL
+    assert str(caught.value) == f"[Errno 22] {fifo} is not a regular file; memd only reads and writes regular files"
+    assert open_fds() == before
+
+
+@pytest.mark.parametrize("reader", ["read_bytes", "read_range", "last_byte"])
+def test_reading_through_a_symlink_is_refused(tmp_path: Path, reader: str) -> None:
+    (tmp_path / "real").write_bytes(b"secret\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+
+    with pytest.raises(OSError) as caught:
+        getattr(fsio, reader)(tmp_path / "link", *(() if reader == "read_bytes" else (1,)))
+
+    assert caught.value.errno == errno.ELOOP
+
+
+def test_appending_to_a_fifo_is_einval_naming_it_and_never_blocks(tmp_path: Path) -> None:
+    fifo = tmp_path / "2024-03-15.md"
+    os.mkfifo(fifo)
+
+    with pytest.raises(OSError) as caught:
+        fsio.durable_append(fifo, b"x\n")
+
+    assert caught.value.errno == errno.EINVAL
+    assert str(caught.value) == f"[Errno 22] {fifo} is not a regular file; memd only writes regular files"
+
+
+def test_writing_through_a_symlinked_directory_is_eloop_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "hot").symlink_to(tmp_path / "real")
+
+    with pytest.raises(OSError) as caught:
+        fsio.atomic_replace(tmp_path / "hot" / "context.json", b"{}\n")
+
+    assert caught.value.errno == errno.ELOOP
+    assert str(caught.value) == f"[Errno 40] refusing to write through symlinked directory {tmp_path / 'hot'}"
+
+
+def test_a_pinned_directory_reports_what_happened_to_it_with_errno_and_path(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "file").write_bytes(b"")
+    (tmp_path / "link").symlink_to(ws)
+    pinned = fsio.PinnedDir.pin(ws)
+
+    def failure(action: Any) -> OSError:
+        with pytest.raises(OSError) as caught:
+            action()
+        return caught.value
+
+    link = failure(lambda: fsio.PinnedDir.pin(tmp_path / "link"))
+    not_dir = failure(lambda: fsio.PinnedDir.pin(tmp_path / "file"))
+    ws.rename(tmp_path / "moved")
+    gone = failure(pinned.verify)
+    (tmp_path / "ws").symlink_to(tmp_path / "moved")
+    swapped = failure(pinned.verify)
+    (tmp_path / "ws").unlink()
+    (tmp_path / "ws").mkdir()
+    replaced = failure(pinned.verify)
+
+    assert (link.errno, link.filename) == (errno.ELOOP, str(tmp_path / "link"))
+    assert link.strerror == f"{tmp_path / 'link'} is a symlink; configure the directory it points to"
+    assert (not_dir.errno, not_dir.filename, not_dir.strerror) == (
+        errno.ENOTDIR,
+        str(tmp_path / "file"),
+        f"{tmp_path / 'file'} is not a directory",
+    )
+    assert (gone.errno, gone.filename, gone.strerror) == (errno.ENOENT, str(ws), f"workspace directory {ws} is gone")
+    assert (swapped.errno, swapped.filename) == (errno.ELOOP, str(ws))
+    assert swapped.strerror.endswith("(put the directory back, or point the config at the new one and reload)")
+    assert (replaced.errno, replaced.filename) == (errno.ESTALE, str(ws))
+    assert replaced.strerror.endswith("place); put it back, or restart memd to adopt the new one")
+
+
+def test_outside_change_says_which_file_and_why(tmp_path: Path) -> None:
+    path = tmp_path / "context.json"
+
+    assert str(fsio.OutsideChange(path)) == f"{path} changed outside memd while a batch was being published"
+    assert fsio.OutsideChange(path).path == path
+    busy = fsio.OutsideChange(path, busy=True)
+    assert str(busy) == f"{path} is held open for writing by another process while a batch was being published"
+    assert busy.busy is True
+
+
+# --- renameat2 -----------------------------------------------------------------------------------------------------
+
+
+def test_renameat2_swaps_refuses_to_replace_and_reports_both_names(tmp_path: Path) -> None:
+    renames = fsio.Renames()
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    a.write_bytes(b"A")
+    b.write_bytes(b"B")
+
+    assert renames.supported is True
+    renames.exchange(a, b)
+    renames.noreplace(a, c)
+    failures: list[BaseException] = []
+
+    def refused() -> None:  # in a fresh thread: ctypes keeps errno per thread, so it starts at 0 there
+        try:
+            renames.noreplace(b, c)
+        except BaseException as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=refused)
+    worker.start()
+    worker.join()
+    with pytest.raises(FileExistsError) as caught:
+        raise failures[0]
+
+    assert (c.read_bytes(), b.read_bytes(), a.exists()) == (b"B", b"A", False)
+    assert (caught.value.errno, caught.value.strerror) == (errno.EEXIST, os.strerror(errno.EEXIST))
+    assert (caught.value.filename, caught.value.filename2) == (str(b), str(c))
+
+
+@pytest.mark.parametrize(
+    ("code", "unsupported", "anywhere"),
+    [
+        (errno.ENOSYS, True, False),  # no renameat2 in this kernel: off everywhere
+        (errno.EINVAL, True, True),  # this filesystem refuses the flags: off for it only
+        (errno.EOPNOTSUPP, True, True),
+        (errno.EEXIST, False, True),  # an answer, not a refusal
+        (errno.EIO, False, True),
+    ],
+)
+def test_only_a_refused_flag_turns_renameat2_off_and_only_where_it_was_refused(
+    tmp_path: Path, code: int, unsupported: bool, anywhere: bool
+) -> None:
+    renames = fsio.Renames()
+    here = tmp_path / "context.json"
+
+    assert renames.unsupported(OSError(code, os.strerror(code)), here) is unsupported
+    assert renames.available_for(here) is (not unsupported)
+    assert renames.supported is anywhere
+    assert renames.available_for(Path("/proc/self/status")) is anywhere  # another filesystem
+
+
+class FailingRenames:
+    """fsio.RENAMES failing every call with `code` (a filesystem without the flags, or a disk error)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        self.refused = False
+        self._real = fsio.Renames()
+
+    def exchange(self, src: Path, dst: Path) -> None:
+        raise OSError(self.code, os.strerror(self.code), str(src))
+
+    noreplace = exchange
+
+    def available_for(self, path: Path) -> bool:
+        return not self.refused
+
+    def unsupported(self, exc: OSError, path: Path) -> bool:
+        self.refused = self._real.unsupported(exc, path)
+        return self.refused
+
+
+def test_a_filesystem_without_the_flags_falls_back_to_compare_then_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    renames = FailingRenames(errno.EINVAL)
+    monkeypatch.setattr(fsio, "RENAMES", renames)
+    (tmp_path / "MEMORY.md").write_bytes(b"old\n")
+
+    fsio.apply_writes([fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")])
+
+    assert (tmp_path / "MEMORY.md").read_bytes() == b"new\n"
+    assert renames.available_for(tmp_path / "MEMORY.md") is False
+
+
+def test_any_other_renameat2_failure_fails_the_batch_and_leaves_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fsio, "RENAMES", FailingRenames(errno.EIO))
+    (tmp_path / "MEMORY.md").write_bytes(b"old\n")
+
+    with pytest.raises(OSError) as caught:
+        fsio.apply_writes(
+            [fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")]
+        )
+
+    assert caught.value.errno == errno.EIO
+    assert (tmp_path / "MEMORY.md").read_bytes() == b"old\n"
+    assert temp_names(tmp_path) == []
+
+
+def test_an_unguarded_replace_goes_over_an_existing_file(tmp_path: Path) -> None:
+    (tmp_path / "context.json").write_bytes(b"old\n")
+
+    fsio.apply_writes([fsio.FileWrite(tmp_path / "context.json", b"new\n", append=False)])
+
+    assert (tmp_path / "context.json").read_bytes() == b"new\n"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_guarded_replace_over_what_became_a_symlink_or_fifo_is_an_outside_change(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "context.json"
+    if kind == "symlink":
+        (tmp_path / "elsewhere").write_bytes(b"old\n")
+        path.symlink_to(tmp_path / "elsewhere")
+    else:
+        os.mkfifo(path)
+
+    with pytest.raises(fsio.OutsideChange) as caught:
+        fsio.apply_writes([fsio.FileWrite(path, b"new\n", append=False, guarded=True, expected=b"old\n")])
+
+    assert (caught.value.path, caught.value.busy) == (path, False)
+    assert os.path.islink(path) if kind == "symlink" else stat.S_ISFIFO(os.lstat(path).st_mode)
+    assert temp_names(tmp_path) == []
+
+
+# --- appends after someone else's -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("on_disk", "planned_size", "data", "after"),
+    [
+        (b"mine\ntheirs", 5, b"next\n", b"mine\ntheirs\nnext\n"),  # grown, last line open: a newline first
+        (b"mine\ntheirs\n", 5, b"next\n", b"mine\ntheirs\nnext\n"),  # grown, last line closed: as it is
+        (b"mine\ntheirs", 5, b"\nnext\n", b"mine\ntheirs\nnext\n"),  # data starting a line itself: no second one
+        (b"mine\ntheirs", None, b"next\n", b"mine\ntheirsnext\n"),  # no plan to compare with: appended as asked
+        (b"mine", 4, b"next\n", b"minenext\n"),  # nobody else wrote: appended as asked
+        (b"x", 0, b"next\n", b"x\nnext\n"),  # one byte, someone else's
+        (b"", 5, b"next\n", b"next\n"),  # emptied by someone: nothing to separate from
+    ],
+    ids=["open-line", "closed-line", "data-newline", "no-plan", "unchanged", "one-byte", "emptied"],
+)
+def test_an_append_starts_a_new_line_only_after_someone_elses_open_one(
+    tmp_path: Path, on_disk: bytes, planned_size: int | None, data: bytes, after: bytes
+) -> None:
+    log = tmp_path / "2024-03-15.md"
+    log.write_bytes(on_disk)
+
+    fp = fsio.durable_append(log, data, expected_size=planned_size)
+
+    assert log.read_bytes() == after
+    assert fp.size == len(after)
+
+
+def test_last_byte_reads_exactly_the_byte_before_the_given_size(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"ab\ncd")
+
+    assert [fsio.last_byte(path, n) for n in (1, 2, 3, 5)] == [b"a", b"b", b"\n", b"d"]
+    assert fsio.last_byte(path, 0) == b"a"
+
+
+# --- cleanup never hides the failure ----------------------------------------------------------------------------
+
+
+def test_a_failed_replace_reports_the_write_error_even_when_its_temp_file_is_already_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fsync_then_lose_the_temp(fd: int) -> None:
+        for name in temp_names(tmp_path):
+            os.unlink(tmp_path / name)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync_then_lose_the_temp)
+
+    with pytest.raises(OSError) as replace:
+        fsio.atomic_replace(tmp_path / "a.json", b"{}\n")
+    with pytest.raises(OSError) as batch:
+        fsio.apply_writes([fsio.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
+
+    assert replace.value.errno == batch.value.errno == errno.EIO
+
+
+def test_a_failed_append_reports_the_write_error_even_when_cutting_back_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_truncate(fd: int, size: int) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    monkeypatch.setattr(os, "ftruncate", no_truncate)
+
+    with pytest.raises(OSError) as caught:
+        fsio.durable_append(tmp_path / "log.md", b"x\n")
+
+    assert caught.value.errno == errno.EIO
+
+
+def test_ensure_dir_accepts_a_directory_made_by_someone_else_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_mkdir = os.mkdir
+
+    def raced(path: Path, mode: int = 0o777) -> None:
+        real_mkdir(path, mode)  # another process got there first
+        real_mkdir(path, mode)
+
+    monkeypatch.setattr(os, "mkdir", raced)
+
+    fsio.ensure_dir(tmp_path / "warm")
+
+    assert (tmp_path / "warm").is_dir()
+
+
+def test_stale_temp_files_are_removed_from_every_directory_even_after_a_missing_one(tmp_path: Path) -> None:
+    (tmp_path / "cold").mkdir()
+    stale = tmp_path / "cold" / f".MEMORY.md{fsio.TEMP_MARKER}1-ab"
+    stale.write_bytes(b"")
+
+    assert fsio.remove_stale_temp_files([tmp_path / "hot", tmp_path / "cold"]) == [stale]
+    assert not stale.exists()
+
+
+def test_a_stale_temp_file_that_vanishes_before_its_removal_is_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / f".a{fsio.TEMP_MARKER}1-ab").write_bytes(b"")
+    real_unlink = os.unlink
+
+    def twice(path: Path) -> None:
+        real_unlink(path)
+        real_unlink(path)  # removed by someone else first
+
+    monkeypatch.setattr(os, "unlink", twice)
+
+    assert fsio.remove_stale_temp_files([tmp_path]) == []
+
+
+def test_appending_to_a_fifo_that_has_a_reader_is_einval_naming_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "2024-03-15.md"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(OSError) as caught:
+            fsio.durable_append(fifo, b"x\n")
+    finally:
+        os.close(reader)
+
+    assert caught.value.errno == errno.EINVAL
+    assert str(caught.value) == f"[Errno 22] {fifo} is not a regular file; memd only reads and writes regular files"
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "compare-then-rename"])
+def test_a_file_created_by_someone_else_after_planning_names_itself_in_the_outside_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, renameat2: bool
+) -> None:
+    if not renameat2:
+        monkeypatch.setattr(fsio, "RENAMES", FailingRenames(errno.EINVAL))
+    path = tmp_path / "context.json"
+    path.write_bytes(b"theirs\n")
+
+    with pytest.raises(fsio.OutsideChange) as caught:
+        fsio.apply_writes([fsio.FileWrite(path, b"ours\n", append=False, guarded=True, expected=None)])
+
+    assert (caught.value.path, caught.value.busy) == (path, False)
+    assert path.read_bytes() == b"theirs\n"
+
+
+def test_compare_then_rename_over_what_became_a_symlink_is_an_outside_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fsio, "RENAMES", FailingRenames(errno.EINVAL))
+    (tmp_path / "elsewhere").write_bytes(b"old\n")
+    (tmp_path / "MEMORY.md").symlink_to(tmp_path / "elsewhere")
+
+    with pytest.raises(fsio.OutsideChange):
+        fsio.apply_writes(
+            [fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")]
+        )
+
+    assert (tmp_path / "MEMORY.md").is_symlink()
+
+
+class FailingAppend:
+    """fsio's `os`, failing the open of `fail` after running `meanwhile` (what someone did just then)."""
+
+    def __init__(self, fail: Path, meanwhile: Any) -> None:
+        self.fail = fail
+        self.meanwhile = meanwhile
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def open(self, path: Any, flags: int, mode: int = 0o777) -> int:
+        if Path(path) == self.fail:
+            self.meanwhile()
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return os.open(path, flags, mode)
+
+
+def test_a_failed_append_removes_a_file_its_batch_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hot, log = tmp_path / "context.json", tmp_path / "log.md"
+    monkeypatch.setattr(fsio, "os", FailingAppend(log, lambda: None))
+
+    with pytest.raises(OSError) as caught:
+        fsio.apply_writes(
+            [fsio.FileWrite(hot, b"{}\n", append=False, guarded=True, expected=None), fsio.FileWrite(log, b"x\n", True)]
+        )
+
+    assert caught.value.errno == errno.ENOSPC
+    assert not hot.exists()
+    assert temp_names(tmp_path) == []
+
+
+@pytest.mark.parametrize("what", ["replaced", "deleted"])
+def test_a_failed_append_leaves_a_file_someone_replaced_or_deleted_meanwhile_as_they_left_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    hot, log = tmp_path / "context.json", tmp_path / "log.md"
+    hot.write_bytes(b"old\n")
+
+    def someone() -> None:
+        if what == "deleted":
+            hot.unlink()
+        else:
+            (tmp_path / "saved").write_bytes(b"the person's save\n")
+            os.replace(tmp_path / "saved", hot)
+
+    monkeypatch.setattr(fsio, "os", FailingAppend(log, someone))
+
+    with pytest.raises(OSError) as caught:
+        fsio.apply_writes(
+            [
+                fsio.FileWrite(hot, b"new\n", append=False, guarded=True, expected=b"old\n"),
+                fsio.FileWrite(log, b"x\n", True),
+            ]
+        )
+
+    assert caught.value.errno == errno.ENOSPC
+    assert (hot.read_bytes() if hot.exists() else None) == (b"the person's save\n" if what == "replaced" else None)
+    assert temp_names(tmp_path) == []

@@ -247,13 +247,14 @@ def test_no_ignore_rule_of_the_user_or_the_workspace_keeps_a_tier_file_out(repo:
     write(repo.work_tree / ".gitignore", "warm/\n")
     write(repo.work_tree / "cold" / ".gitignore", "*\n")
     write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "hot" / "memd.json", "{}\n")  # memd's own hot file: a tier file like the others
     write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
     write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
 
     snapshot(repo)
 
     files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
-    assert {"hot/context.json", "warm/2026-01-01.md", "cold/MEMORY.md"} <= set(files), files
+    assert {"hot/context.json", "hot/memd.json", "warm/2026-01-01.md", "cold/MEMORY.md"} <= set(files), files
 
 
 def test_memds_own_files_are_never_staged_whatever_the_workspace_says(repo: GitRepo) -> None:

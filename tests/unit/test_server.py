@@ -7,15 +7,20 @@ A real Unix socket and a real asyncio server; the dispatcher is a stand-in so ea
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import socket
+import struct
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memd import protocol
-from memd.errors import INTERNAL_ERROR, INVALID_PARAMS, InvalidParams
+from memd.errors import ACCESS_DENIED, INTERNAL_ERROR, INVALID_PARAMS, InvalidParams
 from memd.handlers import Peer
 from memd.server import MAX_LINES_PER_TURN, Limits, Server
 
@@ -59,7 +64,11 @@ class Stand:
         raise AssertionError(method)
 
 
-def exchange(lines: list[dict[str, Any]], stand: Stand, release_after: float | None = None) -> list[dict[str, Any]]:
+def exchange(
+    lines: list[dict[str, Any]], stand: Stand, release_after: float | None = None, owed: int | None = None
+) -> list[dict[str, Any]]:
+    """Send `lines` in one write and read `owed` answers (by default one per line)."""
+
     async def go() -> list[dict[str, Any]]:
         loop = asyncio.get_running_loop()
         stand.release = loop.create_future()
@@ -75,7 +84,8 @@ def exchange(lines: list[dict[str, Any]], stand: Stand, release_after: float | N
             await writer.drain()
             if release_after is not None:
                 loop.call_later(release_after, stand.release.set_result, "yes")
-            answers = [json.loads(await asyncio.wait_for(reader.readline(), 10)) for _ in lines]
+            count = len(lines) if owed is None else owed
+            answers = [json.loads(await asyncio.wait_for(reader.readline(), 10)) for _ in range(count)]
             writer.close()
             server.stop_accepting()
             await server.drain(1.0)
@@ -137,3 +147,83 @@ def test_the_daemons_taskless_methods_are_all_real_methods() -> None:
 
     assert handlers.TASKLESS.issubset(handlers.METHODS)
     assert "checkpoint.run" not in handlers.TASKLESS  # awaits the summarizer under a deadline: needs a Task
+
+
+def notify(method: str, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+def test_a_notification_is_never_answered_however_its_handler_ends() -> None:
+    stand = Stand()
+    notifications = [notify(m) for m in ("now", "fails", "bug", "yields", "task_method", "later")]
+
+    answers = exchange([*notifications, call("now", 9, n=9), call("later", 10)], stand, release_after=0.05, owed=2)
+
+    # Responses keep request order: an answer to any notification would come before the answer to id 9.
+    assert [a["id"] for a in answers] == [9, 10], answers
+    assert answers[0]["result"] == {"n": 9}
+
+
+# --- peer credentials: a peer memd cannot identify is refused, whatever the policy ---------------------------------
+
+
+def refusal(authorize: Callable[[Peer], bool]) -> tuple[list[dict[str, Any]], bool, dict[str, int]]:
+    """Connect and send one request; what memd sent, whether it closed the connection, and its counters."""
+
+    async def go() -> tuple[list[dict[str, Any]], bool, dict[str, int]]:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "s.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            server = Server(Stand().dispatch, authorize, LIMITS, TASKLESS)
+            await server.start(listener)
+            reader, writer = await asyncio.open_unix_connection(path)
+            writer.write(json.dumps(call("now", 1, n=1)).encode() + b"\n")
+            await writer.drain()
+            lines: list[dict[str, Any]] = []
+            closed = False
+            try:
+                while line := await asyncio.wait_for(reader.readline(), 5):
+                    lines.append(json.loads(line))
+                closed = True
+            except ConnectionResetError:  # memd closed with our request unread on its side
+                closed = True
+            except TimeoutError:
+                pass  # still open after its answers: it was admitted
+            writer.close()
+            server.stop_accepting()
+            await server.drain(1.0)
+            return lines, closed, dict(server.stats)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [OSError(errno.EBADF, "Bad file descriptor"), struct.error("unpack requires a buffer of 12 bytes"), None],
+    ids=["getsockopt-fails", "short-answer", "no-socket"],
+)
+def test_a_peer_whose_credentials_cannot_be_read_is_refused_even_by_a_policy_that_admits_everyone(
+    monkeypatch: pytest.MonkeyPatch, failure: Exception | None
+) -> None:
+    class Unreadable:
+        def getsockopt(self, *args: Any) -> bytes:
+            if failure is None:
+                return b"\0" * 12  # never reached: there is no socket to ask
+            raise failure
+
+    import memd.server
+
+    real_peer_of = memd.server.peer_of
+    monkeypatch.setattr(memd.server, "peer_of", lambda sock: real_peer_of(Unreadable() if failure else None))
+    asked: list[Peer] = []
+
+    lines, closed, stats = refusal(lambda peer: asked.append(peer) is None)
+
+    assert len(lines) == 1 and closed, (lines, closed)
+    assert lines[0]["error"]["code"] == ACCESS_DENIED
+    assert "could not read the peer's credentials" in lines[0]["error"]["message"]
+    assert "result" not in lines[0]
+    assert asked == [], "the policy must never be asked about a peer memd could not identify"
+    assert stats["unidentified"] == 1
+    assert stats["accepted"] == 0
