@@ -1052,3 +1052,18 @@ def test_a_failed_append_leaves_a_file_someone_replaced_or_deleted_meanwhile_as_
     assert caught.value.errno == errno.ENOSPC
     assert (hot.read_bytes() if hot.exists() else None) == (b"the person's save\n" if what == "replaced" else None)
     assert temp_names(tmp_path) == []
+
+
+def test_a_refusal_on_another_filesystem_keeps_renameat2_in_use_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    renames = fsio.Renames()
+    renames.refused_on.add(os.lstat("/proc").st_dev)  # say, an NFS mount refused the flags once
+    monkeypatch.setattr(fsio, "RENAMES", renames)
+    (tmp_path / "MEMORY.md").write_bytes(b"old\n")
+
+    fsio.apply_writes([fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")])
+
+    assert (tmp_path / "MEMORY.md").read_bytes() == b"new\n"
+    assert renames.available_for(tmp_path / "MEMORY.md") is True
+    assert renames.available_for(Path("/proc/self/status")) is False
