@@ -130,9 +130,22 @@ class RunningDaemon:
             raise AssertionError(f"daemon ignored SIGTERM for {timeout}s:\n{self.log()}") from None
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        """SIGKILL the daemon and everything it started (its git commands too: they share its process group, and
+        one still writing into .git would race the removal of the test's directory)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # start_new_session: the daemon leads its own group
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
+        self.proc.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the last member of the group is gone
+            try:
+                os.killpg(self.proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.02)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
