@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 from clocks import START, FixedClock
+from edits import note
 from hot_files import context_file, own_file, read_hot
 
 from memd import fsio, workspace
@@ -69,15 +70,6 @@ def write(ws: Workspace, *edits: Callable[[Draft], Any]) -> list[Any]:
         return list(await asyncio.gather(*(ws.write(e) for e in edits), return_exceptions=True))
 
     return run(go())
-
-
-def note(text: str) -> Callable[[Draft], Any]:
-    def edit(draft: Draft) -> dict[str, Any]:
-        doc, added = hot_format.add_note(draft.edit_hot(), text, draft.now)
-        draft.set_hot(doc)
-        return added
-
-    return edit
 
 
 def decide(action: str) -> Callable[[Draft], Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from clocks import START, FixedClock
+from edits import note
 from hot_files import context_file, own_file, read_hot
 
 from memd import fsio
@@ -226,15 +227,6 @@ def ws(tmp_path: Path, counter: TokenCounter, person_io: PersonBeforePublish) ->
     workspace = Workspace(WorkspaceConfig("alpha", tmp_path / "alpha"), counter, FixedClock(START), person_io)
     workspace.open()
     return workspace
-
-
-def note(text: str) -> Callable[[Draft], Any]:
-    def edit(draft: Draft) -> dict[str, Any]:
-        doc, added = hot_format.add_note(draft.edit_hot(), text, draft.now)
-        draft.set_hot(doc)
-        return added
-
-    return edit
 
 
 def decide(action: str, reason: str) -> Callable[[Draft], Any]:

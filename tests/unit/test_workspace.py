@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from clocks import START, FixedClock
+from edits import note
 from hot_files import own_file, read_hot
 
 from memd import fsio, workspace
@@ -47,15 +48,6 @@ def ws(make_workspace: Callable[..., Workspace]) -> Workspace:
 
 def log(action: str, **details: str) -> Callable[[Draft], Any]:
     return lambda draft: draft.log(action, tuple(details.items()))
-
-
-def note(text: str) -> Callable[[Draft], Any]:
-    def edit(draft: Draft) -> dict[str, Any]:
-        doc, added = hot_format.add_note(draft.edit_hot(), text, draft.now)
-        draft.set_hot(doc)
-        return added
-
-    return edit
 
 
 def learn(category: str, text: str) -> Callable[[Draft], Any]:
