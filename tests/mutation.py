@@ -79,6 +79,7 @@ def main() -> int:
     ap.add_argument(
         "--deselect", action="append", default=[], metavar="NODEID", help="a test that fails on the unmutated tree"
     )
+    ap.add_argument("--max-children", type=int, help="parallel test processes (mutmut's default: one per CPU)")
     args = ap.parse_args()
     modules = args.modules or modules_in_config()
     work: Path = args.dir
@@ -96,12 +97,13 @@ def main() -> int:
             encoding="utf-8",
         )
     env = {**os.environ, "PYTHONPATH": ""}  # the mutants, not the checkout, must be what the tests import
+    children = ["--max-children", str(args.max_children)] if args.max_children else []
     for module in modules:
         started = time.monotonic()
         log = work / f"mutate-{module}.log"
         with open(log, "w", encoding="utf-8") as f:
             proc = subprocess.run(
-                [str(BIN / "mutmut"), "run", f"{module}.*"], cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env
+                [str(BIN / "mutmut"), "run", *children, f"{module}.*"], cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env
             )
         print(f"{module}: mutmut exited {proc.returncode} after {time.monotonic() - started:.0f} s (log: {log})")
     table = results(work, modules)
