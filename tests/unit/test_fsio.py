@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import signal
 import stat
 import threading
 from collections.abc import Iterator
@@ -1067,3 +1069,216 @@ def test_a_refusal_on_another_filesystem_keeps_renameat2_in_use_here(
     assert (tmp_path / "MEMORY.md").read_bytes() == b"new\n"
     assert renames.available_for(tmp_path / "MEMORY.md") is True
     assert renames.available_for(Path("/proc/self/status")) is False
+
+
+# --- what the mutation run of issue 19 found unpinned ----------------------------------------------------------
+
+
+def test_a_temp_name_is_hidden_marked_as_memds_and_ends_in_eight_random_hex_digits(tmp_path: Path) -> None:
+    name = fsio.temp_name(tmp_path / "context.json").name
+    prefix = f".context.json{fsio.TEMP_MARKER}{fsio._INSTANCE}-"
+
+    assert name.startswith(prefix) and fsio.is_temp_name(name)
+    suffix = name[len(prefix) :]
+    assert len(suffix) == 8 and int(suffix, 16) >= 0  # 32 random bits: short names under a long path
+    assert fsio.temp_name(tmp_path / "context.json") != fsio.temp_name(tmp_path / "context.json")
+
+
+def test_without_renameat2_in_the_c_library_the_flags_are_never_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    class OldLibc:  # a libc from before renameat2 (glibc < 2.28): the symbol is missing
+        pass
+
+    monkeypatch.setattr(fsio.ctypes, "CDLL", lambda *_a, **_k: OldLibc())
+    renames = fsio.Renames()
+
+    assert renames.supported is False
+    assert renames.available_for(Path("/")) is False
+
+
+def test_a_refused_flag_on_a_directory_that_vanished_still_means_fall_back(tmp_path: Path) -> None:
+    renames = fsio.Renames()
+    gone = tmp_path / "gone" / "context.json"  # its directory was removed: the device cannot be looked up
+
+    assert renames.unsupported(OSError(errno.EINVAL, "Invalid argument"), gone) is True
+    assert renames.refused_on == set() and renames.supported is True
+
+
+def test_a_failed_append_reports_its_own_error_even_when_putting_a_replace_back_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hot = tmp_path / "context.json"
+    hot.write_bytes(b"old\n")
+
+    def no_space(path: Path, data: bytes, expected_size: int | None = None) -> fsio.Fingerprint:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    def cannot_put_back(st: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(fsio, "durable_append", no_space)
+    monkeypatch.setattr(fsio, "_unpublish", cannot_put_back)
+    writes = [
+        fsio.FileWrite(hot, b"new\n", append=False, guarded=True, expected=b"old\n"),
+        fsio.FileWrite(tmp_path / "day.md", b"entry\n", append=True),
+    ]
+
+    with pytest.raises(OSError) as caught:
+        fsio.apply_writes(writes)
+
+    assert caught.value.errno == errno.ENOSPC  # the cause, not the clean-up's trouble
+
+
+class RacingRenames(fsio.Renames):
+    """renameat2 that finds someone else's file (or none) at the target, as a save between the check and the
+    rename would."""
+
+    def __init__(self, error: type[OSError]) -> None:
+        super().__init__()
+        self.error = error
+
+    def _call(self, src: Path, dst: Path, flags: int) -> None:
+        raise self.error(errno.EEXIST if self.error is FileExistsError else errno.ENOENT, "raced", str(dst))
+
+
+@pytest.mark.parametrize("error", [FileExistsError, FileNotFoundError])
+def test_a_file_created_or_deleted_between_the_check_and_the_rename_is_an_outside_change_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: type[OSError]
+) -> None:
+    monkeypatch.setattr(fsio, "RENAMES", RacingRenames(error))
+    path = tmp_path / "context.json"
+    expected = None if error is FileExistsError else b"old\n"
+    if expected is not None:
+        path.write_bytes(expected)
+
+    with pytest.raises(fsio.OutsideChange) as caught:
+        fsio.apply_writes([fsio.FileWrite(path, b"ours\n", append=False, guarded=True, expected=expected)])
+
+    assert (caught.value.path, caught.value.busy) == (path, False)
+    assert temp_names(tmp_path) == []
+
+
+def test_a_publish_withdrawn_for_a_writer_holding_the_file_names_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "MEMORY.md"
+    target.write_bytes(b"planned-from")
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND)
+    try:
+        with pytest.raises(fsio.OutsideChange) as caught:
+            fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")])
+    finally:
+        os.close(fd)
+
+    assert (caught.value.path, caught.value.busy) == (target, True)
+
+
+def test_a_file_turned_into_a_directory_after_planning_is_an_outside_change_and_stays(tmp_path: Path) -> None:
+    target = tmp_path / "context.json"
+    target.mkdir()  # someone replaced the file with a directory; RENAME_EXCHANGE swaps a file with one too
+    (target / "inside").write_bytes(b"theirs")
+
+    with pytest.raises(fsio.OutsideChange):
+        fsio.apply_writes([fsio.FileWrite(target, b"ours\n", append=False, guarded=True, expected=b"old\n")])
+
+    assert target.is_dir() and (target / "inside").read_bytes() == b"theirs"
+    assert temp_names(tmp_path) == []
+
+
+class Holders:
+    """Stands in for `_held_open_for_writing`: the file is held for the first `held` checks, then let go."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+        self.checks = 0
+
+    def __call__(self, path: Path) -> bool:
+        self.checks += 1
+        return self.checks <= self.held
+
+
+@pytest.mark.parametrize("held", [0, 3])
+def test_putting_a_replace_back_waits_for_a_writer_only_while_it_holds_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int
+) -> None:
+    target = tmp_path / "MEMORY.md"
+    target.write_bytes(b"old")
+    write = fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"old")
+    staged = fsio._stage(write)
+    fsio.RENAMES.exchange(staged.tmp, target)
+    staged.published, staged.holds_displaced = True, True
+    sleeps: list[float] = []
+    monkeypatch.setattr(fsio, "_held_open_for_writing", Holders(held))
+    monkeypatch.setattr(fsio.time, "sleep", sleeps.append)
+
+    fsio._unpublish(staged)
+
+    assert sleeps == [0.001] * held  # 1 ms at a time, and not at all when nobody holds it
+    assert target.read_bytes() == b"old"
+
+
+def test_putting_back_an_empty_replace_of_a_file_that_vanished_meanwhile_adds_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "context.json"
+    target.write_bytes(b"old")
+    write = fsio.FileWrite(target, b"", append=False, guarded=True, expected=b"old")
+    staged = fsio._stage(write)
+    fsio.RENAMES.exchange(staged.tmp, target)
+    staged.published, staged.holds_displaced = True, True
+    monkeypatch.setattr(fsio, "_current_bytes", lambda path: None)  # gone between the lstat and the read
+
+    fsio._unpublish(staged)
+
+    assert target.read_bytes() == b"old"
+
+
+def test_the_lease_probe_opens_without_following_or_blocking_and_keeps_no_descriptor(
+    tmp_path: Path, opens: Opens
+) -> None:
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"x")
+
+    assert fsio._held_open_for_writing(path) is False
+
+    [(opened, flags)] = opens.flags
+    assert opened == path
+    assert flags & os.O_ACCMODE == os.O_RDONLY
+    assert flags & os.O_NOFOLLOW and flags & os.O_NONBLOCK and flags & os.O_CLOEXEC
+
+
+def test_the_lease_probe_of_a_missing_file_a_symlink_or_a_fifo_is_false_at_once(tmp_path: Path) -> None:
+    held = tmp_path / "held.md"
+    held.write_bytes(b"x")
+    link = tmp_path / "link.md"
+    link.symlink_to(held)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fd = os.open(held, os.O_WRONLY | os.O_APPEND)  # the symlink's target is held open for writing
+    try:
+        assert fsio._held_open_for_writing(held) is True
+        assert fsio._held_open_for_writing(link) is False  # never followed
+        assert fsio._held_open_for_writing(tmp_path / "missing") is False
+        assert fsio._held_open_for_writing(fifo) is False  # a FIFO without a writer: opened without blocking
+    finally:
+        os.close(fd)
+
+
+def test_the_lease_probe_redirects_a_lease_break_to_sigurg_and_lets_go_of_the_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"x")
+    calls: list[tuple[int, ...]] = []
+    real = fsio.fcntl.fcntl
+
+    def recording(fd: int, cmd: int, *arg: int) -> Any:
+        calls.append((cmd, *arg))
+        return real(fd, cmd, *arg)
+
+    monkeypatch.setattr(fsio.fcntl, "fcntl", recording)
+
+    assert fsio._held_open_for_writing(path) is False
+    # SIGIO's default action would kill the daemon if a writer broke the lease before it is dropped.
+    assert calls == [
+        (fsio._F_SETSIG, signal.SIGURG),
+        (fcntl.F_SETLEASE, fcntl.F_RDLCK),
+        (fcntl.F_SETLEASE, fcntl.F_UNLCK),
+    ]
