@@ -1282,3 +1282,23 @@ def test_the_lease_probe_redirects_a_lease_break_to_sigurg_and_lets_go_of_the_le
         (fcntl.F_SETLEASE, fcntl.F_RDLCK),
         (fcntl.F_SETLEASE, fcntl.F_UNLCK),
     ]
+
+
+def test_a_displaced_file_that_cannot_be_read_back_withdraws_the_publish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "MEMORY.md"
+    target.write_bytes(b"old")
+    real = fsio._current_bytes
+
+    def unreadable_once_displaced(path: Path) -> bytes | None:
+        if fsio.is_temp_name(path.name):  # the displaced file, under memd's temp name after the exchange
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real(path)
+
+    monkeypatch.setattr(fsio, "_current_bytes", unreadable_once_displaced)
+
+    with pytest.raises(fsio.OutsideChange):  # not known to be what was planned from: never kept on a guess
+        fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"old")])
+
+    assert target.read_bytes() == b"old"
