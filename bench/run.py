@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemonctl import SCRATCH, cleanup_sockets
 from fig_history import fig7_snapshots, fig8_checkpoints
 from fig_ops import fig5_watcher, fig6_scale
+from fig_reads import fig10_reads
 from fig_search import fig9_search
 from fig_write import Settings, fig1_warm_one_client, fig2_warm_concurrent, fig3_hot, fig4_tokens
 from report import Row, loadavg, machine, table, write_json
@@ -35,6 +36,7 @@ FIGURES: dict[str, tuple[str, Callable[[Settings], list[Row]]]] = {
     "snapshot": ("7", fig7_snapshots),
     "checkpoint": ("8", fig8_checkpoints),
     "search": ("9", fig9_search),
+    "reads": ("10", fig10_reads),
 }
 
 
@@ -72,14 +74,14 @@ def select(only: str | None) -> list[str]:
         elif by_number:
             wanted += by_number
         else:
-            raise SystemExit(f"unknown figure {item!r}; choose from {', '.join(FIGURES)} (or 1-9)")
+            raise SystemExit(f"unknown figure {item!r}; choose from {', '.join(FIGURES)} (or 1-10)")
     return wanted
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 repetition, shorter runs, smaller counts")
-    parser.add_argument("--only", help=f"comma-separated figures: {', '.join(FIGURES)} (or their numbers 1-9)")
+    parser.add_argument("--only", help=f"comma-separated figures: {', '.join(FIGURES)} (or their numbers 1-10)")
     parser.add_argument("--reps", type=int, help="repetitions per measurement (default 3, --quick 1)")
     parser.add_argument("--duration", type=float, help="seconds per throughput measurement (default 2)")
     args = parser.parse_args(argv)

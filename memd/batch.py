@@ -21,6 +21,7 @@ from memd.tiers import cold_format, hot_format, warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_format import HotDoc
 from memd.tiers.hot_store import HotStore, HotWrites
+from memd.tiers.proposals_store import ProposalsStore
 from memd.tiers.warm_format import WarmEntry
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ class Draft:
     hot: HotDoc | None = None  # None: no edit touched the hot tier
     cold: str | None = None  # None: no edit touched the cold tier
     normalize_hot: bool = False  # move memd's keys to hot/memd.json and the article's to hot/context.json
+    _proposals_store: ProposalsStore | None = None
+    proposals: str | None = None  # cold/PROPOSED.md's text; None: no edit touched it
 
     def set_hot(self, doc: HotDoc) -> None:
         self.hot = doc
@@ -74,16 +77,35 @@ class Draft:
         self.warm_text.append(rendered)
         return entry
 
-    def learn(self, category: str, text: str) -> str:
+    def learn(self, category: str, text: str, day: str | None = None) -> str:
+        """Insert a learning dated `day` (default: today) into cold/MEMORY.md. Returns its date."""
+        self.edit_cold()
+        day = day or self.local.date().isoformat()
+        self.cold = cold_format.insert_learning(self.cold or "", category, day, text)
+        return day
+
+    def edit_cold(self) -> str:
+        """The current draft text of cold/MEMORY.md, after checking that the file is writable (not corrupt)."""
         if self.cold is None:
             self._cold_store.refresh()
             self._cold_store.require_valid()
             self.cold = self._cold_store.text
         else:
             self._cold_store.require_valid()
-        day = self.local.date().isoformat()
-        self.cold = cold_format.insert_learning(self.cold, category, day, text)
-        return day
+        return self.cold
+
+    def edit_proposals(self) -> str:
+        """The current draft text of cold/PROPOSED.md, after checking that the file is writable (not corrupt)."""
+        store = self._proposals_store
+        if store is None:
+            raise RuntimeError("this draft has no proposals file")
+        if self.proposals is None:
+            store.refresh()
+            store.require_valid()
+            self.proposals = store.text
+        else:
+            store.require_valid()
+        return self.proposals
 
 
 Edit = Callable[[Draft], T]
@@ -100,6 +122,7 @@ class Batch:
     replans: int = 0  # how often a person's edit made this batch plan again on their version
     warm_write: fsio.FileWrite | None = None
     cold_write: fsio.FileWrite | None = None
+    proposals_write: fsio.FileWrite | None = None
     hot_writes: HotWrites | None = None  # the replaces of hot/memd.json and hot/context.json, when any
     writes: list[fsio.FileWrite] = field(default_factory=list)
     warm_tokens: int | None = None  # counted while the write is in flight

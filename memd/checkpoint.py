@@ -61,6 +61,8 @@ class Health:
     runs: int = 0
     day: str = ""
     llm_tokens_today: int = 0
+    llm_tokens: int = 0  # since start, never reset (metrics: a counter; llm_tokens_today is the daily cap's)
+    failed: int = 0  # failed runs since start (failures counts those in a row)
     redactions: dict[str, int] = field(default_factory=dict)
     rejected: int = 0  # LLM summaries refused by the checks (the extractive one was applied instead)
     last_rejection: str = ""
@@ -156,6 +158,7 @@ class Checkpointer:
 
     def _failed(self, ws: Workspace, health: Health, message: str) -> None:
         health.failures += 1
+        health.failed += 1
         delay = min(self.config.backoff_max_seconds, self.config.backoff_seconds * 2 ** (health.failures - 1))
         health.next_allowed = self._now() + delay
         health.last_error = message
@@ -349,6 +352,22 @@ class Checkpointer:
                 f"llm.max_tokens_per_day = {self.max_tokens_per_day})"
             )
 
+    # The daily LLM cap is one per workspace, shared with promotion (memd.promote_llm spends through these two).
+
+    def llm_tokens_left(self, ws: Workspace) -> int:
+        health = self.health.setdefault(ws.name, Health())
+        self._roll_day(ws, health)
+        return max(0, self.max_tokens_per_day - health.llm_tokens_today)
+
+    def charge_llm(self, ws: Workspace, tokens: int, redactions: dict[str, int]) -> None:
+        health = self.health.setdefault(ws.name, Health())
+        self._roll_day(ws, health)
+        health.llm_tokens_today += tokens
+        health.llm_tokens += tokens
+        for kind, n in redactions.items():
+            health.redactions[kind] = health.redactions.get(kind, 0) + n
+        self._save_spend()
+
     def _roll_day(self, ws: Workspace, health: Health) -> None:
         today = ws.clock.now().date().isoformat()
         if health.day != today:
@@ -362,7 +381,9 @@ class Checkpointer:
         if self.summarizer.name == "extractive" and (result is None or result.backend == "extractive"):
             return
         self._roll_day(ws, health)
-        health.llm_tokens_today += request.meter.tokens or (result.tokens_in + result.tokens_out if result else 0)
+        spent = request.meter.tokens or (result.tokens_in + result.tokens_out if result else 0)
+        health.llm_tokens_today += spent
+        health.llm_tokens += spent
         if result is not None:
             for kind, n in result.redactions.items():
                 health.redactions[kind] = health.redactions.get(kind, 0) + n
@@ -531,12 +552,14 @@ class Checkpointer:
             "runs": h.runs,
             "in_flight": h.in_flight,
             "consecutive_failures": h.failures,
+            "failed": h.failed,
             "last_error": h.last_error or None,
             "backoff_seconds_left": round(wait, 1) if wait else 0,
             "last": {k: h.last_record.get(k) for k in ("id", "at", "tokens_before", "tokens_after")}
             if h.last_record
             else None,
             "llm_tokens_today": h.llm_tokens_today,
+            "llm_tokens": h.llm_tokens,
             "redactions": dict(h.redactions),
             "llm_summaries_rejected": h.rejected,
             "last_rejection": h.last_rejection or None,

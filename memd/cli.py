@@ -7,7 +7,6 @@ Exit codes: 0 success; 1 the daemon answered with an error; 2 usage error; 3 the
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -56,7 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("run", help="run the daemon in the foreground (what systemd starts)")
     add("ping", help="check that the daemon answers")
-    add("status", help="daemon and per-workspace token usage")
+    p = add("status", help="daemon and per-workspace token usage")
+    p.add_argument(
+        "--summary", action="store_true", help="counts, and only the workspaces with a problem (cheap at thousands)"
+    )
+    add("metrics", help="Prometheus metrics (text exposition format)")
     add("workspaces", help="list workspaces")
     add("reload", help="re-read the config (returns when done or failed)")
     add("sockname", help="print the socket path the CLI would use")
@@ -113,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--topic", help="selects the relevant learnings (default: the session's task)")
         if name == "context":
             p.add_argument("--all", action="store_true", help="everything, not trimmed to the tiers' token budgets")
+            p.add_argument("--proposals", action="store_true", help="also the proposals of cold/PROPOSED.md")
 
     p = add(
         "search",
@@ -141,6 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("day", help="one day of warm activity (from warm/ or the archive)")
     add_workspace(p)
     p.add_argument("date", help="the day, YYYY-MM-DD")
+
+    p = add("proposals", help="candidate learnings retention proposed (cold/PROPOSED.md)")
+    add_workspace(p)
+    for name, help_text in (
+        ("accept", "move a proposal into cold/MEMORY.md under its category"),
+        ("reject", "drop a proposal from cold/PROPOSED.md"),
+    ):
+        p = add(name, help=help_text)
+        add_workspace(p)
+        p.add_argument("id", help="the proposal's id (from `memd proposals`)")
 
     p = add("sweep", help="run warm retention now (or list what it would remove)")
     p.add_argument("workspace", nargs="?", help="workspace name (default: every workspace)")
@@ -172,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="*", help="paths to restore, e.g. hot (default: snapshot.paths)")
 
     p = add("push", help="push the workspace's snapshots to its remote now (after a divergence is fixed)")
+    add_workspace(p)
+
+    p = add("sync", help="sync the workspace with its git remote now: fetch, merge, push (docs/sync.md)")
     add_workspace(p)
 
     p = add(
@@ -240,10 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "config":
             return _config_command(args, config_path, env)
         if args.command == "run":
-            from memd.daemon import run_daemon  # the daemon's imports are not needed by client commands
+            from memd.daemon import run  # the daemon's imports are not needed by client commands
 
             try:
-                return asyncio.run(run_daemon(config_path, os.environ))
+                return run(config_path, os.environ)
             except ConfigError:
                 raise
             except MemdError as exc:
@@ -312,7 +329,9 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
     if cmd == "ping":
         result = client.call("ping")
     elif cmd == "status":
-        result = client.call("status")
+        result = client.call("status", **_drop_none(summary=args.summary or None))
+    elif cmd == "metrics":
+        result = client.call("metrics")
     elif cmd == "workspaces":
         result = client.call("workspace.list")
     elif cmd == "reload":
@@ -349,7 +368,8 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
     elif cmd == "learn":
         result = client.call("cold.learn", workspace=ws, category=args.category, learning=args.text)
     elif cmd == "context":
-        result = client.call("context.get", **_drop_none(workspace=ws, topic=args.topic, all=args.all or None))
+        options = _drop_none(topic=args.topic, all=args.all or None, proposals=args.proposals or None)
+        result = client.call("context.get", workspace=ws, **options)
     elif cmd == "memory":
         result = client.call("cold.get", **_drop_none(workspace=ws, topic=args.topic))
     elif cmd == "search":
@@ -362,6 +382,10 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
         result = client.call("warm.recent", **_drop_none(workspace=ws, days=args.days))
     elif cmd == "day":
         result = client.call("warm.day", workspace=ws, date=args.date)
+    elif cmd == "proposals":
+        result = client.call("proposals.list", workspace=ws)
+    elif cmd in ("accept", "reject"):
+        result = client.call(f"proposals.{cmd}", workspace=ws, id=args.id)
     elif cmd == "sweep":
         result = client.call(
             "retention.sweep", **_drop_none(workspace=ws, dry_run=args.dry_run, confirm=args.confirm or None)
@@ -381,6 +405,8 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
         result = client.call("snapshot.restore", **_drop_none(workspace=ws, rev=args.rev, paths=args.paths))
     elif cmd == "push":
         result = client.call("snapshot.push", workspace=ws)
+    elif cmd == "sync":
+        result = client.call("snapshot.sync", workspace=ws)
     elif cmd == "checkpoint":
         words = args.words
         if words[0] == "show" and len(words) == 3:
@@ -410,6 +436,8 @@ def _client_command(args: argparse.Namespace, client: Client, config: Config) ->
         print(f"memd: not pending, so not marked done: {missing} (pending actions: {pending})", file=sys.stderr)
         return EXIT_ERROR
     if cmd == "push" and result.get("result") not in ("ok", "nothing to push"):
+        return EXIT_ERROR
+    if cmd == "sync" and (result.get("sync") or {}).get("state") != "ok":
         return EXIT_ERROR
     return EXIT_OK
 

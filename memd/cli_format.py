@@ -29,14 +29,27 @@ def _search(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _proposal(p: dict[str, Any]) -> str:
+    """One proposal of cold/PROPOSED.md on one line (and the learning it would replace on the next)."""
+    line = f"{p['id']}  [{p['category']}] {p['text']}  ({p['date']}"
+    line += f", {p['kind']})" if p.get("kind") else ")"
+    old = p.get("supersedes")
+    return line + (f"\n    supersedes [{old['date']}] {old['text']}" if old else "")
+
+
 def human(cmd: str, result: Any) -> str:
     """The readable form of a command's result (`--json` prints the result itself)."""
     if cmd == "status":
         lines = [
-            f"memd {result['version']}  pid {result['pid']}  up {result['uptime_seconds']:.0f}s",
+            f"memd {result['version']}  pid {result['pid']}  up {result['uptime_seconds']:.0f}s"
+            f"  loop {result.get('loop')}",
             f"socket {result['socket']}",
             f"config {result['config']}  connections {result['connections']}",
         ]
+        if result.get("summary"):
+            counts = result["counts"]
+            problems = ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in counts.items() if n and k != "workspaces")
+            lines.append(f"{counts['workspaces']} workspaces; {problems or 'no problems'}")
         for name, ws in result["workspaces"].items():
             lines.append(f"\n{name}  {ws['path']}")
             for tier, usage in ws["usage"].items():
@@ -54,6 +67,8 @@ def human(cmd: str, result: Any) -> str:
     if cmd == "context":
         usage = "  ".join(f"{t} {u['tokens']}/{u['budget']}" for t, u in result["usage"].items())
         return f"{result['text']}\n-- tokens: {usage}"
+    if cmd == "metrics":
+        return str(result["text"]).rstrip("\n")
     if cmd == "ping":
         return f"pong (memd {result['version']})"
     if cmd == "workspaces":
@@ -91,6 +106,8 @@ def human(cmd: str, result: Any) -> str:
     if cmd == "push":
         push = (result.get("snapshot") or {}).get("push") or {}
         return f"push: {result['result']}" + (f"\n{push['error']}" if push.get("error") else "")
+    if cmd == "sync":
+        return sync_text(result.get("sync") or {})
     if cmd == "history":
         return (
             "\n".join(
@@ -111,7 +128,18 @@ def human(cmd: str, result: Any) -> str:
             if r.get("held")
             else f"{r['workspace']}: {'would remove' if r['dry_run'] else r['mode'] + 'd'} "
             f"{', '.join(r['expired'] if r['dry_run'] else r['removed']) or 'nothing'}"
+            + "".join(
+                f"\n  {'would propose' if r['dry_run'] else 'proposed'} {_proposal(x)}" for x in r.get("proposed", [])
+            )
             for r in result["results"]
+        )
+    if cmd == "proposals":
+        return "\n".join(_proposal(x) for x in result["proposals"]) or "(no proposals)"
+    if cmd in ("accept", "reject"):
+        done = result.get("accepted") or result.get("rejected")
+        verb = "accepted into cold/MEMORY.md" if cmd == "accept" else "rejected"
+        return f"{verb}: {_proposal(done)}" + (
+            "\n  (replaced the learning it supersedes)" if result.get("replaced") else ""
         )
     if cmd == "recent":
         return (
@@ -138,3 +166,15 @@ def human(cmd: str, result: Any) -> str:
             return f"partly done: some --done actions were not pending (see below)  ({usage})"
         return f"ok  ({usage})"
     return json.dumps(result, indent=2, ensure_ascii=False)
+
+
+def sync_text(report: dict[str, Any]) -> str:
+    """`memd sync`: the outcome, and on a conflict what could not be merged and how to settle it."""
+    lines = [f"sync: {report.get('state')}" + (f" (HEAD {str(report['head'])[:12]})" if report.get("head") else "")]
+    if report.get("error"):
+        lines.append(str(report["error"]))
+    lines += [f"  conflict: {c['path']}: {c['message'] or c['kind']}" for c in report.get("conflicts") or []]
+    if report.get("resolve"):
+        lines.append("to settle it:")
+        lines += [f"  - {step}" for step in report["resolve"]]
+    return "\n".join(lines)

@@ -28,6 +28,7 @@ from memd.locate import default_socket, default_state_dir, expand_path, read_con
 
 WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 LogLevel = Literal["debug", "info", "warning", "error"]
+EventLoop = Literal["auto", "uvloop", "asyncio"]  # auto: uvloop when it is installed, else asyncio's own
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class DaemonConfig:
     state_dir: Path = Path("~/.local/state/memd")
     log_level: LogLevel = "info"
     shutdown_timeout_seconds: float = 10.0
+    loop: EventLoop = "auto"  # the event loop (restart to change); $MEMD_LOOP overrides it
+    sweep_concurrency: int = 8  # workspaces a retention sweep works on at once
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class WarmConfig:
     # A workspace that had day files before memd first served it: its sweeps only report until one is confirmed
     # ("report"), or run as any other's ("run").
     adopted_sweep: Literal["report", "run"] = "report"
+    # Candidate learnings a sweep proposes (cold/PROPOSED.md) from each day it removes, at most; 0: none.
+    promote_max_per_day: int = 3
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class SnapshotConfig:
     push_interval_seconds: float = 300.0
     push_timeout_seconds: float = 60.0
     adopt_existing: bool = False
+    # Two-way sync with `remote` (memd.sync): fetch and merge its history every push interval and before pushing.
+    sync: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,14 @@ class LlmConfig:
     deadline_seconds: float = 120.0
     redact_secrets: bool = True
     max_tokens_per_day: int = 200_000
+
+
+@dataclass(frozen=True)
+class PromoteConfig:
+    """How a sweep finds the candidate learnings of the days it removes (memd.promote)."""
+
+    backend: Literal["extractive", "openai"] = "extractive"  # openai: [llm]'s endpoint, spend cap and deadline
+    max_prompt_tokens: int = 8_000  # of one day's entries sent to the LLM (estimated); the rest is not sent
 
 
 @dataclass(frozen=True)
@@ -155,6 +170,15 @@ class SearchConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """Prometheus metrics (memd.metrics): always answered by the `metrics` method; optionally also written to a
+    file for node_exporter's textfile collector. memd never listens on a port for them."""
+
+    textfile: Path | None = None  # e.g. /var/lib/node_exporter/textfile_collector/memd.prom; None: no file
+    textfile_interval_seconds: float = 15.0
+
+
+@dataclass(frozen=True)
 class WorkspaceConfig:
     """One workspace: its directory plus its effective budget and warm policy (global, then overrides)."""
 
@@ -175,12 +199,14 @@ class Config:
     warm: WarmConfig = field(default_factory=WarmConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
+    promote: PromoteConfig = field(default_factory=PromoteConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     workspaces: Mapping[str, WorkspaceConfig] = field(default_factory=dict)
     source: Path | None = None  # the file this came from; None for the embedded default
 
@@ -195,12 +221,14 @@ _SECTIONS: dict[str, type] = {
     "warm": WarmConfig,
     "snapshot": SnapshotConfig,
     "llm": LlmConfig,
+    "promote": PromoteConfig,
     "checkpoint": CheckpointConfig,
     "discovery": DiscoveryConfig,
     "watch": WatchConfig,
     "jobs": JobsConfig,
     "limits": LimitsConfig,
     "search": SearchConfig,
+    "metrics": MetricsConfig,
 }
 _WORKSPACE_KEYS = {"path", "project", "budget", "warm", "readers", "writers"}
 
@@ -458,7 +486,8 @@ def _expand_path(value: str, where: str, env: Mapping[str, str], errors: list[st
 
 def _to_plain(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in fields(value)}
+        # A key whose value is None (unset, such as metrics.textfile) is left out: TOML has no null.
+        return {f.name: _to_plain(v) for f in fields(value) if (v := getattr(value, f.name)) is not None}
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, tuple):

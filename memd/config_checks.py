@@ -23,7 +23,8 @@ ARCHIVE_MAX_BYTES_RANGE = (1 << 20, 1 << 30)  # decompressed in memory when read
 def validate(config: Config, errors: list[str]) -> None:
     """Range and consistency checks. Each runs on its own, so a wrongly typed value (already reported) cannot
     hide the other problems."""
-    for check in (_validate_server, _validate_tiers, _validate_jobs, _validate_workspace_paths, _validate_limits):
+    checks = (_validate_server, _validate_tiers, _validate_jobs, _validate_workspace_paths, _validate_limits)
+    for check in (*checks, _validate_daemon):
         with contextlib.suppress(TypeError, ValueError):
             check(config, errors)
 
@@ -50,6 +51,21 @@ def _validate_workspace_paths(config: Config, errors: list[str]) -> None:
                 f"workspaces.{first}.path and workspaces.{name}.path: {config.workspaces[first].path} and {ws.path} "
                 f"are the same directory ({os.path.realpath(ws.path)}); a workspace has one name, keep one of them"
             )
+
+
+PROMOTE_MAX_PER_DAY = 100  # candidates proposed from one day: a file people read, not a second log
+SWEEP_CONCURRENCY_RANGE = (1, 64)  # every workspace in a sweep holds its repository and writer locks: bounded
+
+
+def _validate_daemon(config: Config, errors: list[str]) -> None:
+    low, high = SWEEP_CONCURRENCY_RANGE
+    value = config.daemon.sweep_concurrency
+    if isinstance(value, int) and not low <= value <= high:
+        errors.append(f"daemon.sweep_concurrency: must be between {low} and {high}, got {value}")
+    metrics = config.metrics
+    _positive(errors, "metrics.textfile_interval_seconds", metrics.textfile_interval_seconds)
+    if metrics.textfile is not None and not metrics.textfile.is_absolute():
+        errors.append(f"metrics.textfile: must be an absolute path, got {metrics.textfile}")
 
 
 def _validate_limits(config: Config, errors: list[str]) -> None:
@@ -98,6 +114,8 @@ def _validate_jobs(config: Config, errors: list[str]) -> None:
     for i, p in enumerate(snap.paths):
         if p not in ("hot", "warm", "cold"):
             errors.append(f"snapshot.paths[{i}]: {p!r} is not one of 'hot', 'warm', 'cold'")
+    if snap.sync and not snap.remote:
+        errors.append("snapshot.sync: needs snapshot.remote (the git remote to sync with)")
     watch = config.watch
     _positive(errors, "watch.settle_seconds", watch.settle_seconds)
     _positive(errors, "watch.reconcile_interval_seconds", watch.reconcile_interval_seconds)
@@ -132,6 +150,9 @@ def _validate_jobs(config: Config, errors: list[str]) -> None:
     _positive(errors, "llm.max_tokens_per_day", llm.max_tokens_per_day)
     if llm.backend == "openai" and not llm.model:
         errors.append("llm.model: required when llm.backend = 'openai'")
+    if config.promote.backend == "openai" and not llm.model:
+        errors.append("llm.model: required when promote.backend = 'openai'")
+    _positive(errors, "promote.max_prompt_tokens", config.promote.max_prompt_tokens)
 
 
 def _validate_budget(b: BudgetConfig, where: str, errors: list[str]) -> None:
@@ -159,6 +180,8 @@ def _validate_warm(w: WarmConfig, where: str, errors: list[str]) -> None:
             f"{where}.archive_max_bytes: must be between {ARCHIVE_MAX_BYTES_RANGE[0]} (1 MiB) and "
             f"{ARCHIVE_MAX_BYTES_RANGE[1]} (1 GiB)"
         )
+    if not 0 <= w.promote_max_per_day <= PROMOTE_MAX_PER_DAY:
+        errors.append(f"{where}.promote_max_per_day: must be between 0 (no promotion) and {PROMOTE_MAX_PER_DAY}")
 
 
 def _positive(errors: list[str], where: str, value: Any, minimum: float = 0) -> None:

@@ -2,16 +2,22 @@
 
 Hot is rendered whole when it fits; over budget, the oldest notes go first, then the oldest decisions, then the
 summary is cut (the pinned header — task, step, files, pending — always stays). Warm is the recent days, newest
-entry first, until its budget is spent. Cold is the learnings relevant to the topic, best match first (ranked by
-the search index when the handler passes its ranking; by substring here otherwise).
+entry first, until its budget is spent: an entry too big for what is left is passed over (a smaller older one may
+still fit), and the walk stops after MAX_PASSED_OVER of those, so it costs what it returns, never the size of the
+day (each entry is rendered and counted once, by the warm store). Cold is the learnings relevant to the topic,
+best match first (ranked by the search index when the handler passes its ranking; by substring here otherwise).
 Budgets are in tokens, never characters. Every stored value reaches the text through the tier formats' renderers,
 which pass it through memd.textfmt's escaping rule: this module adds only fixed headings, so no value can add a
-line or a heading to the payload. Imports memd.workspace, the tier formats and memd.tokens.
+line or a heading to the payload. Handlers `await load_recent` first: it parses what the recent day files gained
+off the event loop when that is big (WarmStore.load), so assembling the payload here never parses a file.
+Imports memd.workspace, the tier formats and memd.tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -20,6 +26,7 @@ from memd.tiers import cold_format, hot_format, warm_format
 from memd.tiers.cold_format import Learning
 from memd.tiers.hot_format import HotDoc
 from memd.tiers.warm_format import WarmEntry
+from memd.tiers.warm_store import WarmStore
 from memd.tokens import TierUsage, TokenCounter
 from memd.workspace import Workspace
 
@@ -70,27 +77,49 @@ def render_hot(doc: HotDoc, counter: TokenCounter, budget: int) -> Section:
     return Section(text, TierUsage(tokens, budget), len(notes) - first_note, first_note + first_decision)
 
 
-def render_warm(days: list[tuple[date, list[WarmEntry]]], counter: TokenCounter, budget: int) -> Section:
+MAX_PASSED_OVER = 8  # warm entries too big for what is left of the budget, looked at before the walk stops
+
+# An entry (day, its index in the day, the entry) rendered for the payload, and its token count.
+Piece = Callable[[date, int, WarmEntry], tuple[str, int]]
+
+
+def render_warm(
+    days: Sequence[tuple[date, Sequence[WarmEntry]]], counter: TokenCounter, budget: int, piece: Piece | None = None
+) -> Section:
+    """The recent days' entries, newest first, within `budget`. `piece`: rendered text and token count of an
+    entry (WarmStore.piece, which keeps them); by default rendered and counted here. The usage is the sum of the
+    pieces' counts: text split at line ends counts the same as whole (LIMITS.md), and is not counted again."""
+    if piece is None:
+
+        def piece(_day: date, _index: int, entry: WarmEntry) -> tuple[str, int]:
+            text = warm_format.render_entry(entry)
+            return text, counter.count(text)
+
     parts: list[str] = []
-    used = included = total = 0
+    used = included = passed = 0
+    total = sum(len(entries) for _, entries in days)
     for day, entries in days:
+        if passed > MAX_PASSED_OVER or used >= budget:
+            break
         heading = f"## Activity {day.isoformat()}\n"
         heading_cost = counter.count_piece(heading)
         day_parts: list[str] = []
-        for entry in reversed(entries):
-            total += 1
-            piece = warm_format.render_entry(entry)
-            cost = counter.count(piece)
+        for index in range(len(entries) - 1, -1, -1):
+            text, cost = piece(day, index, entries[index])
             extra = heading_cost if not day_parts else 0
             if used + cost + extra > budget:
+                passed += 1
+                if passed > MAX_PASSED_OVER:
+                    break
                 continue
             used += cost + extra
-            day_parts.append(piece)
+            day_parts.append(text)
             included += 1
+            if used >= budget:
+                break
         if day_parts:
             parts += [heading, *day_parts]
-    text = "".join(parts)
-    return Section(text, TierUsage(counter.count(text), budget), included, total - included)
+    return Section("".join(parts), TierUsage(used, budget), included, total - included)
 
 
 def render_cold(learnings: list[Learning], counter: TokenCounter, budget: int) -> Section:
@@ -111,8 +140,71 @@ def render_cold(learnings: list[Learning], counter: TokenCounter, budget: int) -
     return Section(text, TierUsage(counter.count(text), budget), len(lines), len(learnings) - len(lines), tuple(kept))
 
 
+# The warm sections rendered last, per workspace (2 a payload: plain, and with room for the omission notice): a
+# read of a day that did not change since renders nothing. Keyed by each day's entry count and the identity of its
+# last entry, which a parse replaces whenever anything in the day changed (the section holds it: no id reuse).
+SECTIONS_KEPT = 4
+_sections: weakref.WeakKeyDictionary[WarmStore, OrderedDict[tuple[Any, ...], tuple[Any, Section]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def warm_section(
+    store: WarmStore, days: Sequence[tuple[date, Sequence[WarmEntry]]], counter: TokenCounter, budget: int
+) -> Section:
+    """render_warm with the store's pieces, kept while the days do not change (not for an unbounded budget)."""
+    if budget >= UNBOUNDED:
+        return render_warm(days, counter, budget, store.piece)
+    lasts = tuple(entries[-1] if entries else None for _, entries in days)
+    key = (budget, id(counter), tuple((day, len(entries)) for day, entries in days), tuple(map(id, lasts)))
+    kept = _sections.setdefault(store, OrderedDict())
+    found = kept.get(key)
+    if found is not None:
+        return found[1]
+    section = render_warm(days, counter, budget, store.piece)
+    kept[key] = (lasts, section)
+    if len(kept) > SECTIONS_KEPT:
+        kept.popitem(last=False)
+    return section
+
+
 def recent_warm(ws: Workspace, days: int) -> list[tuple[date, list[WarmEntry]]]:
     return [(d, ws.warm.entries_for(d)) for d in ws.warm.recent_days(ws.today(), days)]
+
+
+# Where a page of recent entries starts: before the entry with this index in this day (None: at the day's end).
+Position = tuple[date, int | None]
+
+
+async def recent_page(
+    ws: Workspace, days: int, limit: int, before: Position | None = None
+) -> tuple[list[tuple[date, list[WarmEntry]]], Position | None]:
+    """One page of `warm.recent`: the newest `limit` entries of the last `days` days that come before `before`
+    (None: from the newest), as (day, entries in file order), newest day first; and where the next page starts
+    (None: nothing older is left; an older day file without entries can still make the next page empty). Day
+    files only grow, so a position stays valid while entries are appended: paging returns every entry once. Only
+    the days the page reaches are parsed."""
+    page: list[tuple[date, list[WarmEntry]]] = []
+    window = [d for d in ws.warm.recent_days(ws.today(), days) if before is None or d <= before[0]]
+    for i, day in enumerate(window):
+        entries = await ws.warm.load(day)
+        end = len(entries) if before is None or day < before[0] or before[1] is None else min(before[1], len(entries))
+        start = max(0, end - limit)
+        if end > start:
+            page.append((day, entries[start:end]))
+            limit -= end - start
+        if start > 0:
+            return page, (day, start)
+        if limit == 0:
+            return page, ((window[i + 1], None) if i + 1 < len(window) else None)
+    return page, None
+
+
+async def load_recent(ws: Workspace, days: int) -> None:
+    """Bring the recent days' parsed entries up to date, a big parse in a worker thread (WarmStore.load). Call it
+    right before what reads them (`build_context`, `recent_warm`), with no await in between."""
+    for day in ws.warm.recent_days(ws.today(), days):
+        await ws.warm.load(day)
 
 
 UNBOUNDED = 1 << 40  # `all`: no budget cuts anything
@@ -132,7 +224,7 @@ def build_context(
     learnings = ranked if ranked is not None else cold_format.relevant(ws.cold.learnings, topic)
     renderers = {
         "hot": lambda b: render_hot(ws.hot.doc, counter, b),
-        "warm": lambda b: render_warm(days, counter, b),
+        "warm": lambda b: warm_section(ws.warm, days, counter, b),
         "cold": lambda b: render_cold(learnings, counter, b),
     }
     sections: dict[str, Section] = {}
@@ -164,8 +256,11 @@ def _with_notice(
     notice = omission_notice(workspace, tier, plain.omitted)
     section = render(max(0, limit - counter.count_piece(notice)))
     notice = omission_notice(workspace, tier, section.omitted)
-    text = section.text.rstrip("\n") + "\n" + notice if section.text else notice
-    tokens = counter.count(text)
+    if section.text.endswith("\n"):  # pieces that end a line count the same apart as together: no recount
+        text, tokens = section.text + notice, section.usage.tokens + counter.count_piece(notice)
+    else:
+        text = section.text + "\n" + notice if section.text else notice
+        tokens = counter.count(text)
     if tokens > limit:
         return plain
     return Section(text, TierUsage(tokens, limit), section.items, section.omitted, section.learnings)

@@ -4,6 +4,16 @@ Builds token counters, workspaces and the socket server from the config and hand
 reads config files or the environment. Phases: start (lock, recover workspaces, listen, READY=1), run (signals
 only enqueue; the loop handles them), stop (stop accepting, drain writes, STOPPING=1, remove the socket).
 Reload is parse-then-swap: an invalid config is logged and the old one kept.
+
+The event loop is uvloop when it is installed (`daemon.loop = "auto"`), else asyncio's own; `daemon.loop` or the
+environment variable MEMD_LOOP (which wins, to rule the loop out without editing the config) picks one. Status
+says which runs.
+
+Retention sweeps of many workspaces (the cron job, `retention.sweep` without a workspace) run at most
+`daemon.sweep_concurrency` workspaces at once. Lock order: a sweep holds only its own workspace's locks, in the
+order used everywhere (its repository's lock, then its writer; memd.snapshots), one after the other, so sweeps
+of different workspaces never wait on each other and cannot deadlock; the semaphore is taken before either lock
+and nothing that holds a workspace lock ever waits for it.
 """
 
 from __future__ import annotations
@@ -13,8 +23,9 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,16 +38,27 @@ from memd.errors import ConfigError, MemdError, StartupError
 from memd.handlers import TASKLESS, Call, Peer, dispatch
 from memd.jobs import Jobs
 from memd.llm import OpenAISummarizer
+from memd.metrics import Metrics, write_textfile
+from memd.promote_llm import LlmPromoter
 from memd.protocol import Request
 from memd.registry import Registry
 from memd.search.service import SearchService
 from memd.server import Limits, Server
 from memd.snapshots import Snapshotter
 from memd.summarizer import ExtractiveSummarizer, Summarizer
+from memd.sync import Syncer
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
 log = logging.getLogger("memd")
+
+LOOPS = ("auto", "uvloop", "asyncio")
+# What `status {summary: true}` counts; the names after "workspaces" and "pending_writes" are the problems a
+# workspace is listed for (over_budget once per tier over its budget).
+SUMMARY_COUNTS = (
+    "workspaces", "pending_writes", "write_fault", "identity_error", "file_errors", "over_budget", "snapshot_error",
+    "checkpoint_failing",
+)  # fmt: skip
 
 
 class SystemClock:
@@ -53,12 +75,17 @@ class Daemon:
         self.env = env
         self.own_uid = os.getuid()
         self.clock = SystemClock()
+        self.metrics = Metrics(self.status)  # the daemon's own registry; measured where it happens, or from status
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-io")
         # git has its own threads: a slow or hung git (timeouts up to a minute) must never delay an fsync.
         self.git_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memd-git")
         self._counters: dict[str, TokenCounter] = {}
         self.snapshots = Snapshotter(
             config.snapshot, config.daemon.state_dir, self.git_io, config.snapshot.adopt_existing
+        )
+        # Two-way sync with snapshot.remote (`memd sync`; scheduled with snapshot.sync); git drivers run this python.
+        self.syncer = Syncer(
+            self.snapshots, config.snapshot, self.git_io, sys.executable, config.daemon.state_dir / "merge.attributes"
         )
         self.locks = listen.WorkspaceLocks()
         self._lock_of: dict[Workspace, tuple[int, int]] = {}
@@ -76,6 +103,7 @@ class Daemon:
             spend_file=config.daemon.state_dir / "llm-spend.json",
         )
         self.registry.listeners.append(self.checkpoints.on_change)
+        self.promoter = self._promoter(config)  # [promote] backend; None: the extractive rules (memd.promote)
         # Derived state in the state dir; its listener only marks what changed (never on the ack path).
         self.search = SearchService(config.search, config.daemon.state_dir / "search.sqlite3")
         self.registry.listeners.append(self.search.on_change)
@@ -100,13 +128,36 @@ class Daemon:
 
     async def sweep(self, workspace: str | None, dry_run: bool, confirm: bool = False) -> dict[str, Any]:
         targets = [self.registry.workspaces[workspace]] if workspace else list(self.registry.workspaces.values())
-        return {"results": [await ws.sweep(dry_run, confirm) for ws in targets]}
+        outcomes = await self._sweep_each(targets, dry_run, confirm)
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:  # every other workspace was swept; the first failure is the answer, as before
+            raise failure
+        return {"results": outcomes}
 
-    def status(self) -> dict[str, Any]:
-        return {
+    async def _sweep_each(
+        self, targets: list[Workspace], dry_run: bool, confirm: bool = False
+    ) -> list[dict[str, Any] | BaseException]:
+        """Sweep each workspace, at most `daemon.sweep_concurrency` at once (lock order: module docstring).
+        Results in the order of `targets`; a workspace whose sweep failed has its exception in its place."""
+        bound = asyncio.Semaphore(self.config.daemon.sweep_concurrency)
+
+        async def one(ws: Workspace) -> dict[str, Any]:
+            async with bound:
+                return await ws.sweep(dry_run, confirm)
+
+        return await asyncio.gather(*(one(ws) for ws in targets), return_exceptions=True)
+
+    def status(self, summary: bool = False, only: Collection[str] | None = None) -> dict[str, Any]:
+        """The daemon's health. `only`: the workspaces to report (None: all). `summary`: counts, and only the
+        workspaces with a problem (a fault, a file memd cannot parse, a tier over its budget, a failing snapshot or
+        checkpoint): cheap at thousands of workspaces."""
+        served = self.registry.workspaces
+        names = sorted(served if only is None else (n for n in only if n in served))
+        result: dict[str, Any] = {
             "version": __version__,
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 1),
+            "loop": loop_name(),
             "socket": str(self.listener.path if self.listener else self.config.server.socket),
             "config": str(self.config_path) if self.config_path else "(embedded default)",
             "connections": len(self.server.connections) if self.server else 0,
@@ -115,8 +166,45 @@ class Daemon:
             "sync": self.registry.status(),
             "jobs": self.jobs.status(),
             "search": self.search.status(),
-            "workspaces": {name: self._workspace_status(ws) for name, ws in sorted(self.registry.workspaces.items())},
         }
+        if not summary:
+            result["workspaces"] = {name: self._workspace_status(served[name]) for name in names}
+            return result
+        sync = result["sync"]
+        sync["discovered"] = len(sync.get("discovered") or ())  # a count, not thousands of names
+        counts = dict.fromkeys(SUMMARY_COUNTS, 0)
+        listed: dict[str, Any] = {}
+        for name in names:
+            ws = served[name]
+            counts["workspaces"] += 1
+            counts["pending_writes"] += ws.pending
+            problems = self._problems(ws)
+            for problem in problems:
+                counts[problem.partition(":")[0]] += 1
+            if problems:
+                listed[name] = {"problems": problems, **self._workspace_status(ws)}
+        result.update(summary=True, counts=counts, workspaces=listed)
+        return result
+
+    def metrics_text(self) -> bytes:
+        return self.metrics.exposition()
+
+    def _problems(self, ws: Workspace) -> list[str]:
+        """What `status {summary: true}` lists a workspace for; each name is a key of its `counts`."""
+        problems = []
+        if ws.health.write_fault:
+            problems.append("write_fault")
+        if ws.health.identity_error:
+            problems.append("identity_error")
+        if ws.hot.error is not None or ws.cold.error is not None or ws.warm.errors:
+            problems.append("file_errors")
+        usage = ws.usage_dict()
+        problems += [f"over_budget:{t}" for t, u in usage.items() if u["budget"] and u["tokens"] > u["budget"]]
+        if self.snapshots.status_for(ws.name).get("state") in ("error", "repo-unsafe"):
+            problems.append("snapshot_error")
+        if self.checkpoints.status_for(ws.name).get("consecutive_failures"):
+            problems.append("checkpoint_failing")
+        return problems
 
     def _workspace_status(self, ws: Workspace) -> dict[str, Any]:
         errors: dict[str, Any] = {
@@ -195,7 +283,7 @@ class Daemon:
         self.jobs.start()
         self._schedule_jobs()
         self.listener = listen.listen(self.config.server, self.env)
-        self.server = Server(self._dispatch, self._authorize, _limits(self.config.server), TASKLESS)
+        self.server = self._new_server(self.config.server)
         await self.server.start(self.listener.sock)
         log.info(
             "memd %s listening on %s (%d workspaces)", __version__, self.listener.path, len(self.registry.workspaces)
@@ -232,6 +320,9 @@ class Daemon:
     async def _dispatch(self, peer: Peer, request: Request) -> Any:
         return await dispatch(Call(self, peer), request.method, request.params)
 
+    def _new_server(self, config: ServerConfig) -> Server:
+        return Server(self._dispatch, self._authorize, _limits(config), TASKLESS, self.metrics.request)
+
     def _authorize(self, peer: Peer) -> bool:
         s = self.config.server
         return (
@@ -252,10 +343,16 @@ class Daemon:
         keep = {"reconcile", "budget-scan", "snapshot-flush"}
         jobs.every("reconcile", self.config.watch.reconcile_interval_seconds, self._reconcile)
         jobs.every("snapshot-flush", self.config.snapshot.interval_seconds, self._snapshot_flush)
-        if self.config.snapshot.remote:
+        if self.config.snapshot.remote and self.config.snapshot.sync:
+            keep.add("snapshot-sync")  # fetch, merge, then push: the push job's work and more
+            jobs.every("snapshot-sync", self.config.snapshot.push_interval_seconds, self.syncer.sync_all)
+        elif self.config.snapshot.remote:
             keep.add("snapshot-push")
             jobs.every("snapshot-push", self.config.snapshot.push_interval_seconds, self.snapshots.push_all)
         jobs.every("budget-scan", self.config.jobs.budget_scan_interval_seconds, self._budget_scan)
+        if self.config.metrics.textfile is not None:
+            keep.add("metrics-textfile")
+            jobs.every("metrics-textfile", self.config.metrics.textfile_interval_seconds, self._write_metrics)
         groups: dict[tuple[str, str], list[str]] = {}
         for name, ws in self.registry.workspaces.items():
             groups.setdefault((ws.config.warm.sweep_cron, ws.config.warm.timezone), []).append(name)
@@ -269,11 +366,28 @@ class Daemon:
                     for n, w in self.registry.workspaces.items()
                     if (w.config.warm.sweep_cron, w.config.warm.timezone) == (cron, tz)
                 ]
-                results = [await self.registry.workspaces[n].sweep(dry_run=False) for n in names]
-                return {"workspaces": len(results), "removed": sum(len(r["removed"]) for r in results)}
+                targets = [self.registry.workspaces[n] for n in names]
+                outcomes = await self._sweep_each(targets, dry_run=False)
+                failed = {
+                    ws.name: getattr(o, "message", None) or f"{type(o).__name__}: {o}"
+                    for ws, o in zip(targets, outcomes, strict=True)
+                    if isinstance(o, BaseException)
+                }
+                for name, why in failed.items():
+                    log.warning("retention sweep of %s failed: %s", name, why)
+                removed = sum(len(o["removed"]) for o in outcomes if not isinstance(o, BaseException))
+                return {"workspaces": len(outcomes), "removed": removed, "failed": failed}
 
             jobs.cron(job_id, cron, tz, sweep_group)
         jobs.remove_all_except(keep)
+
+    async def _write_metrics(self) -> str:
+        """The textfile for node_exporter: collected on the loop, written (atomically) by a worker."""
+        path = self.config.metrics.textfile
+        assert path is not None
+        data = self.metrics.exposition()
+        await asyncio.get_running_loop().run_in_executor(self.io, write_textfile, path, data)
+        return str(path)
 
     async def _snapshot_flush(self) -> int:
         self.snapshots.prune(set(self.registry.workspaces))
@@ -293,6 +407,17 @@ class Daemon:
             if self.checkpoints.over_threshold(ws):
                 over[name] = {"hot": ws.usage()["hot"].as_dict(), "scheduled": self.checkpoints.maybe_schedule(ws)}
         return {"over_threshold": over}
+
+    def _promoter(self, config: Config) -> LlmPromoter | None:
+        if config.promote.backend != "openai":
+            return None
+        llm = config.llm
+        client = OpenAISummarizer(
+            llm.base_url, llm.model, self.env.get(llm.api_key_env, ""), llm.timeout_seconds, llm.max_retries,
+            llm.redact_secrets,
+        )  # fmt: skip
+        spend = self.checkpoints
+        return LlmPromoter(client, spend, llm.deadline_seconds, llm.redact_secrets, config.promote.max_prompt_tokens)
 
     def _summarizer(self, config: Config) -> Summarizer:
         llm = config.llm
@@ -331,7 +456,9 @@ class Daemon:
             self.io,
             max_pending=self.config.server.max_pending_writes,
             limits=self.config.limits,
+            on_batch=self.metrics.batch,
             adoption_file=self.config.daemon.state_dir / "workspaces" / f"{ws_config.name}.json",
+            promoter=self.promoter,
         )
         try:
             removed = ws.open()
@@ -368,8 +495,12 @@ class Daemon:
         for ws in self.registry.workspaces.values():
             ws.max_pending = new.server.max_pending_writes
         self.snapshots.reconfigure(new.snapshot)
+        self.syncer.reconfigure(new.snapshot)
         self.snapshots.prune(set(self.registry.workspaces))
         self.checkpoints.summarizer = summarizer
+        self.promoter = self._promoter(new)
+        for ws in self.registry.workspaces.values():
+            ws.promoter = self.promoter
         self.checkpoints.config = new.checkpoint
         self.checkpoints.max_tokens_per_day = new.llm.max_tokens_per_day
         self.checkpoints.deadline_seconds = new.llm.deadline_seconds
@@ -389,7 +520,7 @@ class Daemon:
             listen.apply_permissions(self.listener.path, new.server)
             return None
         listener = listen.listen(new.server, self.env)
-        server = Server(self._dispatch, self._authorize, _limits(new.server), TASKLESS)
+        server = self._new_server(new.server)
         try:
             await server.start(listener.sock)
         except BaseException:
@@ -426,8 +557,40 @@ def configure_logging(level: str) -> None:
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
 
 
-async def run_daemon(config_path: Path | None, env: MutableMapping[str, str]) -> int:
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop `daemon.loop` (or MEMD_LOOP) asks for. Raises StartupError for "uvloop" without uvloop, or
+    for a name that is not a loop."""
+    if choice not in LOOPS:
+        raise StartupError(f"MEMD_LOOP={choice!r} is not an event loop memd knows; use one of {', '.join(LOOPS)}")
+    if choice == "asyncio":
+        return asyncio.new_event_loop
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise StartupError(
+                'daemon.loop = "uvloop" but uvloop is not installed (pip install uvloop), or use "auto"'
+            ) from None
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+def loop_name() -> str:
+    """Which event loop runs this daemon: "uvloop" or "asyncio"."""
+    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+
+
+def run(config_path: Path | None, env: MutableMapping[str, str]) -> int:
+    """`memd run`: parse the config, pick the event loop, serve until stopped. Raises ConfigError, StartupError."""
     config = load_config(config_path, env)
+    factory = loop_factory(env.get("MEMD_LOOP") or config.daemon.loop)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(run_daemon(config_path, env, config))
+
+
+async def run_daemon(config_path: Path | None, env: MutableMapping[str, str], config: Config | None = None) -> int:
+    """Serve on the running loop (`run` picks it). `config`: already parsed from `config_path`."""
+    config = config or load_config(config_path, env)
     configure_logging(config.daemon.log_level)
     daemon = Daemon(config, config_path, env)
     try:

@@ -207,6 +207,14 @@ class GitRepo:
     def returncode(self, *args: str) -> int:
         return self._exec(args, False, GIT_TIMEOUT, None).returncode
 
+    def attempt(self, *args: str, timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[bytes]:
+        """Run git, whatever its exit status, with its messages in the C locale (for callers that read them)."""
+        return self._exec(args, False, timeout, None, env=_C_LOCALE)
+
+    def managed(self) -> bool:
+        """Did memd make this repository (`memd.managed = true`)? An adopted one is left as its owner set it."""
+        return _managed_marker(self.git, self.git_dir) == "true"
+
     def _exec(
         self,
         args: Sequence[str],
@@ -258,6 +266,7 @@ class GitRepo:
         if (self.git_dir / "HEAD").exists():
             if _managed_marker(self.git, self.git_dir) == "true":
                 self._write_own_rules(self.git_dir)  # repositories made by an older memd get them too
+                self.clear_stale_locks(min_age=0.0)  # left by a git killed with the previous daemon
             return
         self.git_dir.parent.mkdir(parents=True, exist_ok=True)
         # Built under a temporary name and renamed into place, so a kill half-way never leaves a `.git` without
@@ -305,9 +314,34 @@ class GitRepo:
                     "until it is finished or aborted"
                 )
 
+    def clear_stale_locks(self, min_age: float = STALE_LOCK_SECONDS) -> list[str]:
+        """Remove the ref and config locks (`HEAD.lock`, `refs/**/*.lock`, ...) a git killed half-way left behind
+        (a daemon killed with its process group in the middle of a commit or a sync): at least `min_age` seconds
+        old, and no git running in this repository. A left ref lock would fail every later commit. Returns what
+        was removed. `ensure` runs it with no minimum age: at start, no git of this daemon has run yet."""
+        self.check_root()
+        found = [self.git_dir / f"{name}.lock" for name in ("index", "HEAD", "ORIG_HEAD", "config", "packed-refs")]
+        refs = self.git_dir / "refs"
+        if _is_real_dir(refs):
+            found += [p for p in refs.rglob("*.lock") if p.is_file() and not p.is_symlink()]
+        present = [p for p in found if p.is_file()]
+        now = time.time()
+        old = []
+        for lock in present:
+            with contextlib.suppress(FileNotFoundError):
+                if now - lock.stat().st_mtime >= min_age:
+                    old.append(lock)
+        if not old or _git_running_in(self.git_dir, self.work_tree):
+            return []
+        for lock in old:
+            lock.unlink(missing_ok=True)
+        return [str(p.relative_to(self.git_dir)) for p in old]
+
     def wait_for_index_lock(self, timeout: float = GIT_TIMEOUT) -> None:
-        """Wait for a live git's index.lock; remove one left by a git that died (old, nobody running)."""
+        """Wait for a live git's index.lock; remove one left by a git that died (old, nobody running), and the
+        stale ref locks such a git leaves (`clear_stale_locks`)."""
         self.check_root()  # a stale lock is removed below: only ever in the workspace memd opened
+        self.clear_stale_locks()
         lock = self.git_dir / "index.lock"
         deadline = time.monotonic() + timeout
         while lock.exists():

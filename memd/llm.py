@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from memd.errors import Unavailable
 from memd.redact import redact
-from memd.summarizer import SUMMARY_HEADING, SummaryRequest, SummaryResult
+from memd.summarizer import SUMMARY_HEADING, SpendMeter, SummaryRequest, SummaryResult
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +44,16 @@ No other headings, no text outside "- " bullets."""
 def build_messages(request: SummaryRequest, redact_secrets: bool) -> tuple[list[dict[str, str]], dict[str, int]]:
     counts: dict[str, int] = {}
 
-    def scrub(text: str) -> str:
-        return _scrub(text, counts) if redact_secrets else text
+    def clean(text: str) -> str:
+        return scrub(text, counts) if redact_secrets else text
 
     lines = []
     for entry in request.entries:
-        text = scrub(entry.text)
+        text = clean(entry.text)
         label = {"note": "NOTE", "decision": "DECISION", "summary": "EARLIER SUMMARY"}.get(entry.kind, entry.kind)
         stamp = f" ({entry.ts})" if entry.ts else ""
         lines.append(f"[{label}{stamp}]\n{text}")
-    task = f"The agent's task (context only, do not summarize it): {scrub(request.task)}\n\n" if request.task else ""
+    task = f"The agent's task (context only, do not summarize it): {clean(request.task)}\n\n" if request.task else ""
     user = (
         f"{task}Summarize these {len(request.entries)} entries in at most {request.max_tokens} tokens "
         f"(roughly {request.max_tokens * 3} characters).\n\n" + "\n\n".join(lines)
@@ -80,14 +81,37 @@ class OpenAISummarizer:
         self._redact = redact_secrets
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        messages, counts = build_messages(request, self._redact)
+        reply = await self.chat(messages, max(16, request.max_tokens), request.meter)
+        text = reply.content.strip()
+        if self._redact:  # a secret the model echoes (or makes up) is not stored either, and is counted
+            echoed: dict[str, int] = {}
+            text = scrub(text, echoed)
+            if echoed:
+                log.warning("LLM reply carried credentials, redacted before storing: %s", echoed)
+                for kind, n in echoed.items():
+                    counts[kind] = counts.get(kind, 0) + n
+        if text and not text.startswith(SUMMARY_HEADING):
+            text = f"{SUMMARY_HEADING}\n{text}"
+        return SummaryResult(
+            text=text + "\n" if text else "",
+            backend=self.name,
+            model=reply.model,
+            tokens_in=reply.tokens_in,
+            tokens_out=reply.tokens_out,
+            request_ids=[reply.request_id] if reply.request_id else [],
+            redactions=counts,
+            finish_reason=reply.finish_reason,
+        )
+
+    async def chat(self, messages: list[dict[str, str]], max_tokens: int, meter: SpendMeter) -> ChatReply:
+        """One chat completion (temperature 0) of already-redacted `messages`, metered into `meter` attempt by
+        attempt. Raises Unavailable on any failure. Checkpoints and promotion (memd.promote_llm) both call it."""
         # Deferred (~0.4-1 s) and done in a thread: the daemon starts without it, and clients never wait for it.
         openai = await asyncio.get_running_loop().run_in_executor(None, importlib.import_module, "openai")
-
-        messages, counts = build_messages(request, self._redact)
         # Every attempt the client makes (its own retries included) is metered at the prompt's estimated size, so
         # the daily cap counts failed and timed-out attempts and endpoints that report no `usage`.
         prompt_estimate = sum(estimate_tokens(m["content"]) + 4 for m in messages)
-        meter = request.meter
 
         async def on_request(_request: Any) -> None:
             meter.attempts += 1
@@ -105,7 +129,7 @@ class OpenAISummarizer:
             response: Any = await client.chat.completions.create(
                 model=self.model,
                 messages=messages,
-                max_tokens=max(16, request.max_tokens),
+                max_tokens=max_tokens,
                 temperature=0,
             )
         except openai.APIStatusError as exc:
@@ -124,38 +148,31 @@ class OpenAISummarizer:
             await asyncio.shield(client.close())
         request_id = str(getattr(response, "_request_id", "") or "")
         if request_id:
-            log.info("LLM summary request id %s", request_id)
+            log.info("LLM request id %s", request_id)
         try:
             content = response.choices[0].message.content or ""
             finish_reason = str(getattr(response.choices[0], "finish_reason", "") or "")
         except (AttributeError, IndexError, TypeError):
             raise Unavailable("LLM response has no choices[0].message.content") from None
         usage = getattr(response, "usage", None)
-        reported = int(getattr(usage, "prompt_tokens", 0) or 0) + int(getattr(usage, "completion_tokens", 0) or 0)
-        if reported:  # the endpoint's figure for the attempt that answered, memd's estimate for the ones that failed
-            meter.tokens = (meter.attempts - 1) * prompt_estimate + reported
+        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        if tokens_in + tokens_out:  # the endpoint's figure for the attempt that answered, memd's for failed ones
+            meter.tokens = (meter.attempts - 1) * prompt_estimate + tokens_in + tokens_out
         else:  # no `usage`: count the reply ourselves (the prompt was metered per attempt)
             meter.add(estimate_tokens(content))
-        text = content.strip()
-        if self._redact:  # a secret the model echoes (or makes up) is not stored either, and is counted
-            echoed: dict[str, int] = {}
-            text = _scrub(text, echoed)
-            if echoed:
-                log.warning("LLM reply carried credentials, redacted before storing: %s", echoed)
-                for kind, n in echoed.items():
-                    counts[kind] = counts.get(kind, 0) + n
-        if text and not text.startswith(SUMMARY_HEADING):
-            text = f"{SUMMARY_HEADING}\n{text}"
-        return SummaryResult(
-            text=text + "\n" if text else "",
-            backend=self.name,
-            model=str(getattr(response, "model", "") or self.model),
-            tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
-            tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
-            request_ids=[request_id] if request_id else [],
-            redactions=counts,
-            finish_reason=finish_reason,
-        )
+        model = str(getattr(response, "model", "") or self.model)
+        return ChatReply(content, finish_reason, model, tokens_in, tokens_out, request_id)
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    content: str
+    finish_reason: str
+    model: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    request_id: str = ""
 
 
 def estimate_tokens(text: str) -> int:
@@ -164,7 +181,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text) * 2 + 6) // 7
 
 
-def _scrub(text: str, counts: dict[str, int]) -> str:
+def scrub(text: str, counts: dict[str, int]) -> str:
     """`text` with its credentials replaced (memd.redact), adding what was found to `counts`."""
     scrubbed = redact(text)
     for kind, n in scrubbed.counts.items():

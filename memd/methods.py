@@ -20,6 +20,9 @@ _PATHS = Param(
     max_items=64,
 )
 _TOPIC = Param("topic", "string", "words that select the relevant learnings; default: the session's task")
+_PROPOSAL_ID = Param(
+    "id", "string", "a proposal id from `proposals.list` (p-1a2b3c4d)", required=True, non_empty=True, max_len=MAX_LABEL
+)
 _CKPT_ID = Param(
     "id", "string", "a checkpoint id from `checkpoint.list`", required=True, non_empty=True, max_len=MAX_LABEL
 )
@@ -40,6 +43,15 @@ METHODS: tuple[Method, ...] = (
         "public",
         "the daemon's health, per workspace usage and faults",
         workspace="none",
+        params=(
+            Param(
+                "summary",
+                "boolean",
+                "true: counts, and only the workspaces with a problem (a fault, an unreadable file, a tier over its "
+                "budget, a failing snapshot or checkpoint); cheap at thousands of workspaces",
+                default=False,
+            ),
+        ),
         taskless=True,
         filtered=True,
         cli="status",
@@ -51,6 +63,15 @@ METHODS: tuple[Method, ...] = (
             read_only=True,
             idempotent=True,
         ),
+    ),
+    Method(
+        "metrics",
+        "Prometheus metrics in the text exposition format",
+        "admin",
+        "`{text, content_type}`",
+        workspace="none",
+        taskless=True,
+        cli="metrics",
     ),
     Method(
         "workspace.list",
@@ -196,7 +217,7 @@ METHODS: tuple[Method, ...] = (
         "warm.recent",
         "the entries of the recent days",
         "read",
-        "`{days: [{date, entries}], usage}`",
+        "`{days: [{date, entries}], next, usage}`",
         params=(
             Param(
                 "days",
@@ -205,6 +226,8 @@ METHODS: tuple[Method, ...] = (
                 minimum=1,
                 maximum=3660,
             ),
+            Param("limit", "integer", "most entries returned (the newest)", minimum=1, maximum=1000, default=100),
+            Param("before", "string", "the `next` of the previous page: the page after it", max_len=40),
         ),
         taskless=True,
         cli="recent",
@@ -286,11 +309,46 @@ METHODS: tuple[Method, ...] = (
         ),
     ),
     Method(
+        "proposals.list",
+        "the candidate learnings in cold/PROPOSED.md, waiting for a person to accept or reject them",
+        "read",
+        "`{proposals: [{id, category, date, text, from, kind, supersedes}]}`",
+        taskless=True,
+        cli="proposals",
+    ),
+    Method(
+        "proposals.accept",
+        "move a proposal into cold/MEMORY.md under its category (replacing the learning it supersedes)",
+        "write",
+        "`{accepted, replaced, usage}`",
+        params=(_PROPOSAL_ID,),
+        taskless=True,
+        cli="accept",
+    ),
+    Method(
+        "proposals.reject",
+        "drop a proposal from cold/PROPOSED.md",
+        "write",
+        "`{rejected, usage}`",
+        params=(_PROPOSAL_ID,),
+        taskless=True,
+        cli="reject",
+    ),
+    Method(
         "context.get",
         "the context payload, each tier within its token budget",
         "read",
         "`{text, usage, included, omitted, model_window}`",
-        params=(_TOPIC, Param("all", "boolean", "everything, not trimmed to the tiers' token budgets", default=False)),
+        params=(
+            _TOPIC,
+            Param("all", "boolean", "everything, not trimmed to the tiers' token budgets", default=False),
+            Param(
+                "proposals",
+                "boolean",
+                "also the candidate learnings of cold/PROPOSED.md (outside every budget), after the tiers",
+                default=False,
+            ),
+        ),
         cli="context",  # not taskless: the topic ranking waits on the search index (memd.handlers.search)
     ),
     Method(
@@ -372,6 +430,13 @@ METHODS: tuple[Method, ...] = (
         "write",
         "`{result, snapshot}`",
         cli="push",
+    ),
+    Method(
+        "snapshot.sync",
+        "fetch the remote's history, merge it into the workspace, push (two-way sync)",
+        "write",
+        "`{sync, snapshot}`",
+        cli="sync",
     ),
     Method(
         "history.list",

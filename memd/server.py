@@ -9,8 +9,11 @@ partial line that stalls for `request_timeout_seconds`, or a connection idle for
 closed; connections over `max_connections` get -32004 and are closed. A peer whose credentials cannot be read
 (SO_PEERCRED fails) gets -32002 and is closed, whatever the policy: memd fails closed, never guesses a peer. One
 connection's failure never touches another. After a reload (`recheck_peers`) each connection's peer is checked
-again before its next request; one the new config no longer allows gets -32002 and is closed. Imports
-memd.peercred, memd.handlers, memd.protocol and memd.errors.
+again before its next request; one the new config no longer allows gets -32002 and is closed. Each answered
+request is reported to `observe` (method, error code or None, seconds since its line arrived): the daemon's
+metrics. Runs on asyncio's own loop and on uvloop alike: only the Transport methods both provide are used (uvloop's
+transports are not `asyncio.Transport` instances, and its `get_extra_info("socket")` is a socket-like object
+that `peer_of` reads the same way). Imports memd.peercred, memd.handlers, memd.protocol and memd.errors.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from memd import protocol
 from memd.errors import (
@@ -45,6 +49,7 @@ UNIDENTIFIED = Peer(pid=0, uid=-1, gid=-1)
 
 Dispatch = Callable[[Peer, protocol.Request], Coroutine[Any, Any, Any]]
 Authorize = Callable[[Peer], bool]
+Observe = Callable[[str, int | None, float], None]  # (method, error code or None for a result, seconds)
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,17 @@ class Limits:
 
 class Server:
     def __init__(
-        self, dispatch: Dispatch, authorize: Authorize, limits: Limits, taskless: frozenset[str] = frozenset()
+        self,
+        dispatch: Dispatch,
+        authorize: Authorize,
+        limits: Limits,
+        taskless: frozenset[str] = frozenset(),
+        observe: Observe | None = None,
     ) -> None:
         self.dispatch = dispatch
         self.authorize = authorize
         self.limits = limits
+        self.observe = observe
         self.taskless = taskless  # methods whose handlers await nothing but futures: run without a Task
         self.connections: set[Connection] = set()
         self.generation = 0  # bumped when who may connect may have changed (a reload): peers are checked again
@@ -110,11 +121,12 @@ class Server:
 class _Reply:
     """One response slot, in request order: bytes to send, None for a notification, unset while pending."""
 
-    __slots__ = ("done", "payload")
+    __slots__ = ("done", "payload", "started")
 
     def __init__(self) -> None:
         self.done = False
         self.payload: bytes | None = None
+        self.started = time.perf_counter()
 
     def set(self, payload: bytes | None) -> None:
         self.payload = payload
@@ -141,8 +153,8 @@ class Connection(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement the Transport interface without subclassing asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
         server = self.server
         try:
             self.peer = peer_of(transport.get_extra_info("socket"))
@@ -262,6 +274,8 @@ class Connection(asyncio.Protocol):
         except protocol.ProtocolError as exc:
             self.server.stats["errors"] += 1
             reply.set(protocol.encode_error(exc.request_id, exc.code, exc.message))
+            if self.server.observe is not None:
+                self.server.observe("", exc.code, time.perf_counter() - reply.started)
             self._flush()
             return
         coro = self.server.dispatch(self.peer, request)
@@ -334,6 +348,9 @@ class Connection(asyncio.Protocol):
             except (TypeError, ValueError, UnicodeError) as err:
                 log.error("result of %s not serialisable: %s", request.method, err)
                 reply.set(protocol.encode_error(request.id, INTERNAL_ERROR, f"result not serialisable: {err}"))
+        if self.server.observe is not None:
+            code = None if exc is None else exc.code if isinstance(exc, MemdError) else INTERNAL_ERROR
+            self.server.observe(request.method, code, time.perf_counter() - reply.started)
         self._flush()
 
     def _flush(self) -> None:

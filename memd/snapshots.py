@@ -53,10 +53,12 @@ class RepoState:
     last_commit_at: str = ""
     last_reason: str = ""
     last_error: str = ""
+    failures: int = 0  # failed snapshots since start (metrics)
     push_state: str = ""  # "", "ok", "diverged", "error"
     push_error: str = ""
     pushed_head: str = ""
     history_lost: bool = False  # the repository was deleted and not made again yet (logged once)
+    sync: dict[str, Any] = field(default_factory=dict)  # the last two-way sync, as memd.sync reports it
 
 
 class Snapshotter:
@@ -239,6 +241,7 @@ class Snapshotter:
             log.warning("workspace %s: snapshot skipped (%s): %s", ws.name, kind, message)
         state.state = kind
         state.last_error = message
+        state.failures += 1
         return "", False
 
     async def _repo(self, ws: Workspace, state: RepoState) -> GitRepo:
@@ -370,6 +373,26 @@ class Snapshotter:
             raise MemdError(f"restored files but could not commit the result: {state.last_error or 'unknown'}")
         return {"rev": commit, "before": before, "after": after, "changed": changed}
 
+    # --- sync: memd.sync drives these, holding the repository's lock ---------------------------------------
+
+    def tracked(self) -> list[Workspace]:
+        return list(self._workspaces.values())
+
+    def repo_state(self, ws: Workspace) -> RepoState:
+        """This workspace's repository state; its `lock` is the repository lock (taken before the writer)."""
+        if ws.name not in self._workspaces:
+            self.track(ws)
+        return self._states[ws.name]
+
+    async def repo_locked(self, ws: Workspace, state: RepoState) -> GitRepo:
+        """The repository, made if needed; the caller holds `state.lock`."""
+        return await self._repo(ws, state)
+
+    async def commit_locked(self, ws: Workspace, state: RepoState, reason: str) -> tuple[str, bool]:
+        """A snapshot; the caller holds `state.lock`. Returns (HEAD after, whether a commit was made); ("", False)
+        when it failed (`state.last_error` says why) or there is nothing to commit in a repository without commits."""
+        return await self._snapshot_locked(ws, state, reason, None)
+
     # --- push ------------------------------------------------------------------------------------------------
 
     def remote_for(self, name: str) -> str:
@@ -434,8 +457,10 @@ class Snapshotter:
             "last_commit_at": s.last_commit_at or None,
             "last_reason": s.last_reason or None,
             "last_error": s.last_error or None,
+            "failures": s.failures,
             "pending": bool(s.dirty),
             "push": {"state": s.push_state or None, "error": s.push_error or None} if self.config.remote else None,
+            "sync": (s.sync or {"state": None}) if self.config.remote else None,
         }
 
 

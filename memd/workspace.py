@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -30,14 +31,15 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
-from memd import fsio, retention
+from memd import fsio, promote, retention
 from memd.batch import Batch, Draft, Edit, apply_writes, call_in_loop, fail_futures, replace_tree
 from memd.config import LimitsConfig, WorkspaceConfig
 from memd.errors import Busy, MemdError, ShuttingDown, StorageError
 from memd.exclusive import ExclusiveLock
-from memd.tiers import warm_format
+from memd.tiers import cold_format, proposals_format, warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_store import HotStore
+from memd.tiers.proposals_store import ProposalsStore
 from memd.tiers.warm_format import WarmEntry
 from memd.tiers.warm_store import WarmStore
 from memd.tokens import TierUsage, TokenCounter
@@ -67,6 +69,43 @@ class Health:
     identity_error: str = ""  # the workspace directory is not the one memd opened
 
 
+@dataclass
+class Promotion:
+    """What a sweep promotes: the days whose candidates were taken (only those may go), the candidates (None:
+    promotion off), what is (or would be) proposed, and by which backend."""
+
+    days: frozenset[str]
+    candidates: list[proposals_format.Proposal] | None
+    selection: promote.Selection | None
+    backend: str
+    fallback: str = ""  # why the configured backend was not used for some day
+
+    def report(self) -> dict[str, Any]:
+        if self.selection is None:
+            return {"proposed": [], "not_proposed": [], "promote_backend": self.backend}
+        out: dict[str, Any] = {
+            "proposed": [proposal_json(p) for p in self.selection.proposed],
+            "not_proposed": [s.as_dict() for s in self.selection.skipped],
+            "promote_backend": self.backend,
+        }
+        if self.fallback:
+            out["promote_fallback"] = self.fallback
+        return out
+
+
+def proposal_json(p: proposals_format.Proposal) -> dict[str, Any]:
+    """A proposal as replies show it."""
+    return {
+        "id": p.id,
+        "category": p.category,
+        "date": p.date,
+        "text": p.text,
+        "from": {"day": p.day, "time": p.time, "action": p.action} if p.day else None,
+        "kind": p.kind,
+        "supersedes": {"date": p.supersedes[0], "text": p.supersedes[1]} if p.supersedes else None,
+    }
+
+
 class Workspace:
     def __init__(
         self,
@@ -76,8 +115,10 @@ class Workspace:
         io: Executor,
         max_pending: int = 10_000,
         on_commit: Callable[[Workspace, frozenset[str]], None] | None = None,
+        on_batch: Callable[[int, float], None] | None = None,  # (requests, seconds of durable I/O): metrics
         limits: LimitsConfig | None = None,
         adoption_file: Path | None = None,
+        promoter: promote.Chooser | None = None,
     ) -> None:
         limits = limits or LimitsConfig()
         self.config = config
@@ -89,14 +130,19 @@ class Workspace:
         self._io = io
         self.max_pending = max_pending
         self.on_commit = on_commit
+        self._on_batch = on_batch
+        self._write_started = 0.0  # when the batch in flight went to a worker
         self.hot = HotStore(self.root / "hot" / "context.json", counter, limits.hot_max_bytes)
         self.warm = WarmStore(self.root / "warm", counter, limits.warm_day_max_bytes)
         self.cold = ColdStore(self.root / "cold" / "MEMORY.md", counter, limits.cold_max_bytes)
+        # cold/PROPOSED.md: candidates retention's promotion found (memd.promote); not counted, not in the context.
+        self.proposals = ProposalsStore(self.root / "cold" / "PROPOSED.md", limits.cold_max_bytes)
         self.health = Health()
         self._usage_cache: tuple[Any, dict[str, Any]] | None = None
         self._queue: list[tuple[Edit[Any], asyncio.Future[Any]]] = []
         self.before_destructive: Callable[[Workspace, str], Awaitable[retention.Held | None]] | None = None
         self.last_sweep: dict[str, Any] = {}
+        self.promoter = promoter  # chooses a swept day's candidate learnings ([promote] backend); None: extractive
         # Where memd records whether this workspace had day files before it first served it (the state dir), and
         # what it found; None: not recorded, sweeps run as configured.
         self._adoption_file = adoption_file
@@ -119,6 +165,7 @@ class Workspace:
         removed = fsio.remove_stale_temp_files([self.root / t for t in TIERS])
         self.hot.load()
         self.cold.load()
+        self.proposals.load()
         self.warm.scan()
         for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
             self.warm.tokens_for(day)  # a 10 MB day file is counted now, not by the first write after start
@@ -156,6 +203,7 @@ class Workspace:
         self.tz = ZoneInfo(config.warm.timezone)
         if limits is not None:
             self.hot.max_bytes, self.cold.max_bytes = limits.hot_max_bytes, limits.cold_max_bytes
+            self.proposals.max_bytes = limits.cold_max_bytes
             self.warm.max_bytes = limits.warm_day_max_bytes
 
     async def close(self) -> None:
@@ -233,6 +281,7 @@ class Workspace:
             self._end_batch()
         else:
             self._in_flight = plan
+            self._write_started = time.perf_counter()
             loop = asyncio.get_running_loop()
             try:
                 done = self._io.submit(apply_writes, self.pinned, plan.writes)
@@ -268,16 +317,16 @@ class Workspace:
         now = self.clock.now()
         local = now.astimezone(self.tz)
         today = local.date()
-        draft = Draft(now, local, self.hot, self.cold)
+        draft = Draft(now, local, self.hot, self.cold, _proposals_store=self.proposals)
         accepted: list[tuple[asyncio.Future[Any], Any]] = []
         for edit, future in batch:
             if future.done():
                 continue
-            hot, cold, logged = draft.hot, draft.cold, len(draft.warm)
+            hot, cold, proposals, logged = draft.hot, draft.cold, draft.proposals, len(draft.warm)
             try:
                 accepted.append((future, edit(draft)))
             except Exception as exc:  # this request fails alone: undo its part of the draft
-                draft.hot, draft.cold = hot, cold
+                draft.hot, draft.cold, draft.proposals = hot, cold, proposals
                 del draft.warm[logged:], draft.warm_text[logged:]
                 if not isinstance(exc, MemdError):
                     log.exception("workspace %s: an edit failed", self.name)
@@ -293,12 +342,15 @@ class Workspace:
                 return None
         if draft.cold is not None and draft.cold is not self.cold.text:
             plan.cold_write = self.cold.write_for(draft.cold)
+        if draft.proposals is not None and draft.proposals is not self.proposals.text:
+            plan.proposals_write = self.proposals.write_for(draft.proposals)
         if draft.hot is not None and (draft.hot is not self.hot.doc or draft.normalize_hot):
             plan.hot_writes = self.hot.writes_for(draft.hot, draft.normalize_hot) or None
         hot_writes = plan.hot_writes.writes if plan.hot_writes is not None else []
         for write, cap, key in (
             *((w, self.hot.max_bytes, "hot_max_bytes") for w in hot_writes),
             (plan.cold_write, self.cold.max_bytes, "cold_max_bytes"),
+            (plan.proposals_write, self.proposals.max_bytes, "cold_max_bytes"),
         ):
             if write is not None and len(write.data) > cap:  # memd would write a file it then refuses to read
                 self._fail(
@@ -310,7 +362,8 @@ class Workspace:
                     ),
                 )
                 return None
-        plan.writes = [w for w in (plan.warm_write, plan.cold_write, *hot_writes) if w is not None]
+        writes = (plan.warm_write, plan.cold_write, plan.proposals_write, *hot_writes)
+        plan.writes = [w for w in writes if w is not None]
         return plan
 
     def _written(self, plan: Batch, done: Future[list[fsio.Fingerprint]]) -> None:
@@ -326,6 +379,8 @@ class Workspace:
                 self._fail(plan.accepted, exc)
                 return
             changed = self._publish(plan, fps)
+            if self._on_batch is not None:
+                self._on_batch(len(plan.accepted), time.perf_counter() - self._write_started)
             if self.health.write_fault:
                 self.health.write_fault = False
                 log.info("workspace %s: writes succeed again", self.name)
@@ -371,6 +426,8 @@ class Workspace:
                 self.hot.load()
             elif path == self.cold.path:
                 self.cold.load()
+            elif path == self.proposals.path:
+                self.proposals.load()
         except Exception as exc:  # hot/ replaced by a file, no permission: fail the batch, never hang the writer
             log.exception("workspace %s: re-reading %s for a re-plan failed", self.name, path)
             fail_futures((f for f, _ in plan.accepted), StorageError(f"could not re-read {path}: {exc}"))
@@ -409,6 +466,9 @@ class Workspace:
         if plan.cold_write is not None and draft.cold is not None:
             self.cold.commit(draft.cold, plan.cold_write, by_write[id(plan.cold_write)])
             changed.add("cold")
+        if plan.proposals_write is not None and draft.proposals is not None:
+            self.proposals.commit(draft.proposals, plan.proposals_write, by_write[id(plan.proposals_write)])
+            changed.add("cold")
         if plan.hot_writes is not None and draft.hot is not None:
             tokens = self.hot.count(draft.hot) if plan.hot_tokens is None else plan.hot_tokens
             self.hot.commit(draft.hot, plan.hot_writes, [by_write[id(w)] for w in plan.hot_writes.writes], tokens)
@@ -426,6 +486,7 @@ class Workspace:
         # What reached the disk before the failure is re-read on the next batch (fingerprints differ).
         self.hot.forget()
         self.cold.fingerprint = None
+        self.proposals.fingerprint = None
         fail_futures((f for f, _ in accepted), StorageError(message, data={"errno": exc.errno}))
 
     async def split_hot(self) -> bool:
@@ -450,6 +511,25 @@ class Workspace:
             changed = await loop.run_in_executor(self._io, replace_tree, self.pinned, files, paths)
             self.hot.load()
             self.cold.load()
+            self.proposals.load()
+            self.warm.scan()
+        return changed
+
+    async def publish_merged(self, decide: Callable[[], dict[str, bytes | None]]) -> list[str]:
+        """Write what `decide` returns (relative path -> bytes; None: remove the file), durably, under the writer.
+        `decide` runs in a worker while the writer is held, so it reads the files as every acknowledged write left
+        them and merges those writes in (a sync's publish: memd.sync). Returns the paths changed."""
+
+        def work() -> list[str]:
+            chosen = decide()
+            return replace_tree(self.pinned, {p: d for p, d in chosen.items() if d is not None}, list(chosen))
+
+        async with self._exclusive:
+            self.check_identity()
+            changed = await asyncio.get_running_loop().run_in_executor(self._io, work)
+            self.hot.load()
+            self.cold.load()
+            self.proposals.load()
             self.warm.scan()
         return changed
 
@@ -465,14 +545,22 @@ class Workspace:
         self.check_identity()
         plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
         report_only = not dry_run and self._retention_held(confirm)
-        if plan.expired and not dry_run and not report_only:
+        promotion = await self._promotion(plan)
+        if promotion.candidates is not None and not dry_run and not report_only:
+            # Promote before expire: the proposals are durable (an acknowledged batch) before any day goes.
+            failure = await self._write_proposals(promotion)
+            if failure:  # nothing goes: every expired day stays, and says why
+                outcome.kept.update({name: failure for name in plan.expired})
+        if plan.expired and not dry_run and not report_only and not outcome.kept:
             held = None  # what git holds of warm/ (None: snapshots off or without warm, nothing is checked)
             if self.before_destructive is not None:  # commits the files first; takes the writer itself
                 held = await self.before_destructive(self, "retention")
             async with self._exclusive:
                 self.check_identity()
-                # Planned again under the writer: only what is still expired (and was just committed) goes.
-                plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
+                # Planned again under the writer: only what is still expired (and was just committed) goes, and
+                # only a day whose candidates were taken above (the same `today`: no day can have joined).
+                again = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
+                plan = retention.SweepPlan(again.directory, tuple(d for d in again.expired if d in promotion.days))
                 try:
                     if policy.mode == "archive":
                         max_bytes = policy.archive_max_bytes
@@ -498,12 +586,15 @@ class Workspace:
             "kept": [{"day": day, "reason": reason} for day, reason in outcome.kept.items()],
             "warnings": outcome.warnings,
             "at": self.clock.now().isoformat(timespec="seconds"),
+            **promotion.report(),
         }
         if report_only:
             return await self._report_held(result)
         removed = outcome.removed
         if removed:
-            details = (("mode", policy.mode), ("removed", ", ".join(removed)))
+            details: tuple[tuple[str, str], ...] = (("mode", policy.mode), ("removed", ", ".join(removed)))
+            if promotion.selection is not None and promotion.selection.proposed:
+                details += (("proposed", ", ".join(p.id for p in promotion.selection.proposed)),)
             try:
                 await self.write(lambda draft: draft.log("retention-sweep", details, f"{len(removed)} day file(s)"))
             except MemdError as exc:  # the files are gone either way; say why the log line is missing
@@ -511,6 +602,59 @@ class Workspace:
         if not dry_run:
             self.last_sweep = result
         return result
+
+    async def _promotion(self, plan: retention.SweepPlan) -> Promotion:
+        """The candidate learnings of the days `plan` would remove, and (against MEMORY.md and PROPOSED.md as they
+        are now) what would be proposed: what a dry run reports, and what a real run writes unless the files
+        change in between (the selection is made again in the write's batch)."""
+        limit = self.config.warm.promote_max_per_day
+        days = [d for name in plan.expired if (d := warm_format.parse_day_filename(name)) is not None]
+        if limit <= 0:  # promotion is off: every expired day may go
+            return Promotion(frozenset(plan.expired), None, None, "off")
+        candidates: list[proposals_format.Proposal] = []
+        backend, fallback = "extractive", ""
+        for day in days:
+            self.warm.refresh_day(day)
+            entries = self.warm.entries_for(day)
+            if not entries:
+                continue
+            found: list[proposals_format.Proposal] | None = None
+            if self.promoter is not None:
+                try:
+                    found = await self.promoter.choose(self, day.isoformat(), entries, limit)
+                    backend = self.promoter.name
+                except Exception as exc:  # any failure: the extractive rules, and the report says why
+                    fallback = f"{day.isoformat()}: {exc}"
+                    log.warning("workspace %s: promotion by %s failed, extractive instead: %s",
+                                self.name, self.promoter.name, exc)  # fmt: skip
+            candidates += found if found is not None else promote.extract(day.isoformat(), entries)
+        self.refresh()
+        selection = promote.select(candidates, self.cold.learnings, self.proposals.proposals, limit)
+        return Promotion(frozenset(plan.expired), candidates, selection, backend, fallback)
+
+    async def _write_proposals(self, promotion: Promotion) -> str:
+        """Write the selection (made again on the files as this batch finds them) into cold/PROPOSED.md, durably.
+        Returns why it could not ("" when it could, or when there was nothing to write)."""
+        candidates, limit = promotion.candidates or [], self.config.warm.promote_max_per_day
+
+        def edit(draft: Draft) -> promote.Selection:
+            text = draft.edit_proposals()
+            learnings = cold_format.parse_memory(draft.cold) if draft.cold is not None else self.cold.learnings
+            selection = promote.select(candidates, learnings, proposals_format.parse(text), limit)
+            for proposal in selection.proposed:
+                text = proposals_format.insert(text, proposal)
+            if selection.proposed:
+                draft.proposals = text
+            return selection
+
+        if not candidates:
+            return ""
+        try:
+            promotion.selection = await self.write(edit)
+        except MemdError as exc:
+            log.error("workspace %s: proposals not written, expired days kept: %s", self.name, exc.message)
+            return f"its candidate learnings could not be written to cold/PROPOSED.md ({exc.message}); kept"
+        return ""
 
     def _retention_held(self, confirm: bool) -> bool:
         """Does this real sweep only report? Yes while the workspace's adoption is pending, unless this sweep
@@ -556,6 +700,7 @@ class Workspace:
         return (
             self.hot.looks_changed()
             or fsio.fingerprint(self.cold.path) != self.cold.fingerprint
+            or self.proposals.looks_changed()
             or self.warm.looks_changed()
         )
 
@@ -611,13 +756,15 @@ class Workspace:
             changed.add("warm")
         if (writing is None or writing.cold_write is None) and self.cold.refresh():
             changed.add("cold")
+        if (writing is None or writing.proposals_write is None) and self.proposals.refresh():
+            changed.add("cold")
         return changed
 
     async def read_day(self, day: date) -> tuple[list[WarmEntry], str]:
         """A day's entries from warm/ or, once swept into it, from the archive. Returns (entries, source). An
         archive is decompressed (capped at warm.archive_max_bytes) in a worker thread, never on the loop."""
         if day in self.warm.days:
-            return self.warm.entries_for(day), "warm"
+            return await self.warm.load(day), "warm"  # a big day is parsed in a worker thread
         self.check_identity()
         directory, cap = self.warm.directory, self.config.warm.archive_max_bytes
 

@@ -3,7 +3,7 @@
     .venv/bin/python torture/run.py [--seed N] [--only SCENARIO[,SCENARIO...]] [--ci] [--scale F] [--keep] [-v]
 
 Scenarios (torture/README.md says what each proves): crash, powerloss, disk, fuzz, traversal, users, deps, soak,
-person, sharing.
+person, sharing, sync.
 Each prints its figures; the last line is the summary. The exit status is 1 when anything was lost or corrupt,
 the daemon died, or any other check failed; 2 for a harness error. A scenario that cannot run (missing privilege)
 says why; it does not fail a local run, but under `--ci` it does (CI runs as root, so a skip there is a gap).
@@ -28,7 +28,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "torture"]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from torture import crash, deps, diskfault, fuzz, person, powerloss, sharing, soak, traversal, users  # noqa: E402
+from torture import (  # noqa: E402
+    crash,
+    deps,
+    diskfault,
+    fuzz,
+    person,
+    powerloss,
+    sharing,
+    soak,
+    syncing,
+    traversal,
+    users,
+)
 from torture.lib import Context, Report, fmt  # noqa: E402
 
 SCENARIOS: dict[str, Callable[[Context], Report]] = {
@@ -42,6 +54,7 @@ SCENARIOS: dict[str, Callable[[Context], Report]] = {
     "soak": soak.run,
     "person": person.run,
     "sharing": sharing.run,
+    "sync": syncing.run,
 }
 
 

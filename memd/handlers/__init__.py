@@ -16,7 +16,7 @@ from typing import Any
 
 from memd.errors import AccessDenied, MethodNotFound
 from memd.handlers.access import Call, Handler, Peer, Services, privileged, workspace_for
-from memd.handlers.admin import config_reload, ping, status, workspace_list
+from memd.handlers.admin import config_reload, metrics, ping, status, workspace_list
 from memd.handlers.history import (
     checkpoint_list,
     checkpoint_run,
@@ -28,6 +28,7 @@ from memd.handlers.history import (
     snapshot_push,
     snapshot_restore,
     snapshot_run,
+    snapshot_sync,
 )
 from memd.handlers.memory import (
     cold_get,
@@ -43,6 +44,7 @@ from memd.handlers.memory import (
     warm_log,
     warm_recent,
 )
+from memd.handlers.proposals import proposals_accept, proposals_list, proposals_reject
 from memd.handlers.search import memory_reindex, memory_search
 from memd.methods import DECLARED
 from memd.params import Params
@@ -53,6 +55,7 @@ __all__ = ["METHODS", "TASKLESS", "Call", "Peer", "Services", "dispatch"]
 METHODS: dict[str, Handler] = {
     "ping": ping,
     "status": status,
+    "metrics": metrics,
     "workspace.list": workspace_list,
     "config.reload": config_reload,
     "session.start": session_start,
@@ -66,12 +69,16 @@ METHODS: dict[str, Handler] = {
     "retention.sweep": retention_sweep,
     "cold.learn": cold_learn,
     "cold.get": cold_get,
+    "proposals.list": proposals_list,
+    "proposals.accept": proposals_accept,
+    "proposals.reject": proposals_reject,
     "context.get": context_get,
     "memory.search": memory_search,
     "memory.reindex": memory_reindex,
     "snapshot.run": snapshot_run,
     "snapshot.restore": snapshot_restore,
     "snapshot.push": snapshot_push,
+    "snapshot.sync": snapshot_sync,
     "history.list": history_list,
     "history.show": history_show,
     "history.diff": history_diff,

@@ -1,11 +1,12 @@
 """Who is calling and what they may touch: the call context handlers receive, and the access rules.
 
-Imports memd.checkpoint, memd.snapshots, memd.search, memd.workspace, memd.declare, memd.params and memd.errors.
+Imports memd.checkpoint, memd.snapshots, memd.sync, memd.search, memd.workspace, memd.declare, memd.params and
+memd.errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ from memd.errors import AccessDenied, InvalidParams, UnknownWorkspace
 from memd.params import Params
 from memd.search.service import SearchService
 from memd.snapshots import Snapshotter
+from memd.sync import Syncer
 from memd.workspace import Workspace
 
 
@@ -31,6 +33,7 @@ class Services(Protocol):
 
     own_uid: int
     snapshots: Snapshotter
+    syncer: Syncer
     checkpoints: Checkpointer
     search: SearchService
 
@@ -38,7 +41,9 @@ class Services(Protocol):
 
     def refused(self) -> Mapping[str, str]: ...  # configured workspaces not served (another daemon holds them)
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self, summary: bool = False, only: Collection[str] | None = None) -> dict[str, Any]: ...
+
+    def metrics_text(self) -> bytes: ...  # every metric in Prometheus' text exposition format
 
     async def reload(self) -> dict[str, Any]: ...
 

@@ -1,4 +1,5 @@
-"""Daemon-level methods: ping, status, workspace.list, config.reload. Imports memd.handlers.access, memd.params."""
+"""Daemon-level methods: ping, status, metrics, workspace.list, config.reload. Imports memd.handlers.access,
+memd.params."""
 
 from __future__ import annotations
 
@@ -8,17 +9,23 @@ from memd import __version__
 from memd.handlers.access import Call, may_access, privileged
 from memd.params import Params
 
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text exposition format
+
 
 async def ping(call: Call, p: Params) -> Any:
     return {"pong": True, "version": __version__}
 
 
 async def status(call: Call, p: Params) -> Any:
-    result = call.services.status()
-    if not privileged(call):  # others see only the workspaces they may read
-        visible = {n for n, ws in call.services.workspaces().items() if may_access(call, ws, "read")}
-        result["workspaces"] = {n: v for n, v in result["workspaces"].items() if n in visible}
-    return result
+    only = None
+    if not privileged(call):  # others see (and have counted) only the workspaces they may read
+        only = {n for n, ws in call.services.workspaces().items() if may_access(call, ws, "read")}
+    return call.services.status(summary=p.flag("summary"), only=only)
+
+
+async def metrics(call: Call, p: Params) -> Any:
+    # Admin only (the declaration): the series name every workspace, whoever may read it.
+    return {"text": call.services.metrics_text().decode("utf-8"), "content_type": CONTENT_TYPE}
 
 
 async def workspace_list(call: Call, p: Params) -> Any:

@@ -48,6 +48,12 @@ async def snapshot_push(call: Call, p: Params) -> Any:
     return {"result": results.get(ws.name, "nothing to push"), "snapshot": call.services.snapshots.status_for(ws.name)}
 
 
+async def snapshot_sync(call: Call, p: Params) -> Any:
+    ws = call.ws
+    report = await call.services.syncer.sync(ws)  # Unavailable without a remote
+    return {"sync": report, "snapshot": call.services.snapshots.status_for(ws.name)}
+
+
 # --- checkpoints ----------------------------------------------------------------------------------------------
 
 

@@ -13,9 +13,10 @@ from datetime import date
 from typing import Any
 
 from memd.batch import Draft
-from memd.context import build_context, recent_warm, render_cold
+from memd.context import Position, build_context, load_recent, recent_page, recent_warm, render_cold
 from memd.errors import InvalidParams
 from memd.handlers.access import Call, result_with_usage
+from memd.handlers.proposals import context_section
 from memd.handlers.search import ranked_learnings
 from memd.params import Params
 from memd.tiers import cold_format, hot_format
@@ -54,6 +55,7 @@ async def session_start(call: Call, p: Params) -> Any:
 
     before, resumed, sid = await ws.write(edit)
     call.services.snapshots.request(ws, "session start")
+    await load_recent(ws, ws.config.warm.recent_days)  # a big day is parsed off the loop, then read below
     doc = ws.hot.doc
     packet = _resume_packet(ws, doc, topic or str(doc.get("task") or ""))
     packet.update(session_id=sid, resumed=resumed)
@@ -190,15 +192,34 @@ async def warm_log(call: Call, p: Params) -> Any:
 async def warm_recent(call: Call, p: Params) -> Any:
     ws = call.ws
     days = p.integer("days", ws.config.warm.recent_days)
+    page, after = await recent_page(ws, days, p.integer("limit"), _position(p.optional_text("before")))
     return result_with_usage(
         ws,
         {
             "days": [
                 {"date": d.isoformat(), "entries": [_entry_json(d.isoformat(), e) for e in entries]}
-                for d, entries in recent_warm(ws, days)
-            ]
+                for d, entries in page
+            ],
+            "next": None if after is None else after[0].isoformat() + ("" if after[1] is None else f"#{after[1]}"),
         },
     )
+
+
+def _position(text: str | None) -> Position | None:
+    """A page position as `warm.recent` returns it in `next`: YYYY-MM-DD, or YYYY-MM-DD#INDEX."""
+    if text is None:
+        return None
+    day, _, index = text.partition("#")
+    try:
+        position = date.fromisoformat(day), (int(index) if index else None)
+        if (position[1] or 0) < 0:
+            raise ValueError(index)
+        return position
+    except ValueError:
+        raise InvalidParams(
+            f"parameter 'before' must be the `next` of a previous page (YYYY-MM-DD or YYYY-MM-DD#N), not {text!r}",
+            data={"param": "before"},
+        ) from None
 
 
 async def warm_day(call: Call, p: Params) -> Any:
@@ -252,4 +273,11 @@ async def cold_get(call: Call, p: Params) -> Any:
 async def context_get(call: Call, p: Params) -> Any:
     topic = p.optional_text("topic")
     ranked = await ranked_learnings(call, call.ws, topic)
-    return build_context(call.ws, topic, everything=p.flag("all"), ranked=ranked)
+    await load_recent(call.ws, call.ws.config.warm.recent_days)  # no await between this and build_context
+    result = build_context(call.ws, topic, everything=p.flag("all"), ranked=ranked)
+    if p.flag("proposals"):  # cold/PROPOSED.md only when asked for, outside every budget
+        section = context_section(call.ws.proposals.proposals)
+        if section:
+            result["text"] = f"{result['text']}\n{section}" if result["text"] else section
+        result["proposals"] = len(call.ws.proposals.proposals)
+    return result

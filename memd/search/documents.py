@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memd.tiers import cold_format, hot_format, warm_format
+from memd.tiers import cold_format, hot_format, proposals_format, warm_format
 
 # warm_format's entry heading rule (`### HH:MM:SS - action`, or `-` alone; a CRLF line end allowed), on bytes
 _HEAD = rb"### [0-9]{2}:[0-9]{2}:[0-9]{2} -(?:\r| [^\n]*)?(?=\n|\Z)"
@@ -27,7 +27,7 @@ _BOM = b"\xef\xbb\xbf"
 @dataclass(frozen=True, slots=True)
 class Doc:
     tier: str  # "hot", "warm", "cold"
-    kind: str  # "note", "decision", "summary", "entry", "learning"
+    kind: str  # "note", "decision", "summary", "entry", "learning", "proposal" (cold/PROPOSED.md)
     date: str | None  # YYYY-MM-DD, None when the item carries none (a summary before any checkpoint)
     time: str | None  # HH:MM:SS for warm entries
     line_start: int  # 1-based, in the file (for an archived day: in the day's own text)
@@ -162,4 +162,13 @@ def cold(text: str) -> list[Doc]:
     return [
         Doc("cold", "learning", lr.date, None, lr.line + 1, lr.line + 1, lr.category, lr.text)
         for lr in cold_format.parse_memory(text)
+    ]
+
+
+def proposals(text: str) -> list[Doc]:
+    """cold/PROPOSED.md: one document per proposal (tier "cold", kind "proposal", its id as `ref`), its lines the
+    learning line and the `  - key: value` lines below it."""
+    return [
+        Doc("cold", "proposal", p.date, p.time or None, p.line + 1, p.end, p.category, p.text, p.id)
+        for p in proposals_format.parse(text)
     ]

@@ -34,6 +34,7 @@ ALL_TIERS = frozenset({"hot", "warm", "cold"})
 # is indexed for whatever notes, decisions or summary it holds, so a file from before the split is searched too.
 HOT_FILES = ("hot/context.json", f"hot/{hot_format.OWN_FILE}")
 COLD_FILE = "cold/MEMORY.md"
+PROPOSALS_FILE = "cold/PROPOSED.md"  # the cold tier's proposals (memd.promote): searched, never in the context
 _ARCHIVE_NAME = re.compile(r"[0-9]{4}-[0-9]{2}(?:\.[1-9][0-9]{0,5})?\.md\.gz")  # memd.archive's file names
 
 
@@ -94,8 +95,9 @@ def present(source: Source, tiers: frozenset[str]) -> dict[str, os.stat_result]:
     for hot_file in HOT_FILES if "hot" in tiers else ():
         if (st := _regular(source.root / hot_file)) is not None:
             found[hot_file] = st
-    if "cold" in tiers and (st := _regular(source.root / COLD_FILE)) is not None:
-        found[COLD_FILE] = st
+    for cold_file in (COLD_FILE, PROPOSALS_FILE) if "cold" in tiers else ():
+        if (st := _regular(source.root / cold_file)) is not None:
+            found[cold_file] = st
     if "warm" in tiers:
         warm = source.root / "warm"
         found |= {f"warm/{name}": st for name, st in _listing(warm, None).items()}
@@ -157,6 +159,9 @@ def _index_file(store: Store, source: Source, file: str, state: FileState, befor
     if file == COLD_FILE:
         text = (read_tier_file(path, source.cold_max) or b"").decode("utf-8", "replace")
         return store.replace_file(source.name, file, state, documents.cold(text))
+    if file == PROPOSALS_FILE:
+        text = (read_tier_file(path, source.cold_max) or b"").decode("utf-8", "replace")
+        return store.replace_file(source.name, file, state, documents.proposals(text))
     if file.startswith("warm/archive/"):
         return store.replace_file(source.name, file, state, _archived(path, source.archive_max))
     return _index_day(store, source, file, state, before)

@@ -70,7 +70,7 @@ def seen_state(ws: Workspace) -> dict[str, object]:
     commit and every adoption, whichever path adopted it (the watcher, a read's refresh, a restore, a sweep)."""
     return {
         "hot": (ws.hot.fingerprint, ws.hot.own_fingerprint),
-        "cold": ws.cold.fingerprint,
+        "cold": (ws.cold.fingerprint, ws.proposals.fingerprint),
         "warm": ws.warm.version,
     }
 
@@ -390,7 +390,7 @@ class SearchService:
         except Exception:
             log.exception("search: ranking learnings of %s failed", ws.name)
             return None
-        return [hit["lines"][0] for hit in result["hits"]]
+        return [hit["lines"][0] for hit in result["hits"] if hit["file"] == indexer.COLD_FILE]  # not proposals
 
     async def reindex(self, workspaces: Sequence[Workspace], everything: bool) -> dict[str, Any]:
         """Build the index of `workspaces` again from their files (`everything`: the whole database afresh)."""

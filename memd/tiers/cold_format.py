@@ -81,6 +81,11 @@ def _heading_text(raw: str) -> str | None:
     return (match[1] or "").strip()
 
 
+# What memd.tiers.proposals_format reads PROPOSED.md's sections with: the same rules as MEMORY.md's.
+fenced_lines = _fenced_lines
+heading_text = _heading_text
+
+
 def parse_memory(text: str) -> list[Learning]:
     """Every learning in file order, with the `## ` section it sits under. Never raises."""
     lines = _split_lines(text)
@@ -159,6 +164,16 @@ def insert_learning(document: str, category: str, day: str, text: str) -> str:
     if insert_at > len(document):  # the heading is the last line and has no "\n"
         return f"{document}\n{line}"
     return document[:insert_at] + line + document[insert_at:]
+
+
+def remove_line(document: str, line: int) -> str:
+    """`document` without its line number `line` (0-based) and that line's end: what accepting a proposal that
+    supersedes a learning does to the learning's line (memd.handlers.proposals). Every other byte stays."""
+    lines = _split_lines(document)
+    if not 0 <= line < len(lines):
+        return document
+    del lines[line]
+    return "\n".join(lines)
 
 
 def _words(topic: str) -> list[str]:

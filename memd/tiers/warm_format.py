@@ -279,15 +279,71 @@ def parse_day(text: str, current: bool = False) -> list[WarmEntry]:
     """The entries of a day file, in file order. Text before the first entry is ignored. Never raises.
     `current`: read by the text-as-written rule from the start (a piece of a file known to be in it); otherwise
     from the first heading with a time zone on."""
+    return _parse(_lines(text), current)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where the parse of a growing day file goes on. Bytes before `offset` are final: an append cannot change
+    the `entries` parsed from them. From `offset` on, the file is parsed again once it grows: it starts at the
+    last entry whose heading line is complete (an append can still add lines to that entry), or, with none, at
+    the last line (which an append can complete). `current`: the reading rule in effect at `offset`; `at_end`:
+    the rule at the end of what was parsed, by which an entry appended there is read."""
+
+    offset: int
+    entries: int
+    current: bool
+    at_end: bool
+
+
+def parse_day_bytes(data: bytes, resume: Resume | None = None, current: bool = False) -> tuple[list[WarmEntry], Resume]:
+    """Incremental parse_day: the entries of a day file's bytes and where to go on once it grows.
+
+    `data` is the whole file (`resume` None), or the file from `resume.offset` on; then the entries returned
+    replace the ones from `resume.entries` on, and the result is exactly what parse_day of the whole file gives
+    (`current` as in parse_day, for the whole file)
+    (line breaks are bytes, so splitting the bytes at a line start splits the text at the same line; an entry line
+    always starts an entry, inside a fence too). The returned Resume counts from the start of the file."""
+    base = resume.offset if resume is not None else 0
+    text = data.decode("utf-8", "replace")
+    lines = _lines(text) if base == 0 else [line.removesuffix("\r") for line in text.split("\n")]
+    entries, starts, currents, current_at_last, at_end = _parse(
+        lines, resume.current if resume is not None else current
+    )
+    last = len(lines) - 1  # the text after the final line break: a partial line, or nothing
+    line, kept, current = last, len(entries), current_at_last
+    for k in range(len(starts) - 1, -1, -1):
+        if starts[k] < last:  # the newest entry whose heading line ends in a line break
+            line, kept, current = starts[k], k, currents[k]
+            break
+        line, kept, current = starts[k], k, currents[k]  # a partial heading: at least from its own line
+    pos = len(data)
+    for _ in range(len(lines) - line):  # the line's start, found from the end: it is near the end
+        pos = data.rfind(b"\n", 0, pos)
+    done = 0 if resume is None else resume.entries
+    return entries, Resume(base + pos + 1, done + kept, current, at_end)
+
+
+def _parse(lines: list[str], current: bool) -> tuple[list[WarmEntry], list[int], list[bool], bool, bool]:
+    """The entries of `lines`, the line each starts on, the rule each is read by, the rule at the last line and
+    the rule after it."""
     entries: list[WarmEntry] = []
+    starts: list[int] = []
+    currents: list[bool] = []
     draft: _Draft | None = None
-    for line in _lines(text):
+    last = len(lines) - 1
+    current_at_last = current
+    for i, line in enumerate(lines):
+        if i == last:
+            current_at_last = current
         # Entry lines count even inside a fence, so an unclosed fence ends with its own entry.
         match = _ENTRY_RE.fullmatch(line)
         if match is not None:
             if draft is not None:
                 entries.append(draft.finish())
             draft = _Draft(match[1], match[2] or "", current)
+            starts.append(i)
+            currents.append(current)
         elif _ZONED_HEADING_RE.fullmatch(line):
             if draft is not None:
                 entries.append(draft.finish())
@@ -297,4 +353,4 @@ def parse_day(text: str, current: bool = False) -> list[WarmEntry]:
             draft.feed(line)
     if draft is not None:
         entries.append(draft.finish())
-    return entries
+    return entries, starts, currents, current_at_last, current

@@ -3,14 +3,25 @@
 Appends are planned here and made durable by the workspace (group commit: a batch's entries for one day become
 one append and one fsync). Counts are incremental: memd counts what it appends, and what another tool appended
 is counted from the old end of the file, so an append costs in proportion to its size, not the file's.
+
+Parsed entries are incremental too, since day files only grow: memd's own append extends them with what it wrote
+(nothing is read back), another tool's append is read and parsed from the last entry on (warm_format.Resume),
+and only a file that was replaced, truncated, or changed before that last entry (its bytes there differ) is parsed
+again from the start. A read that must parse more than INLINE_PARSE_BYTES does so in a worker thread (`load`), so
+one workspace's big day never holds the event loop; the result is taken only if nothing changed the day's parse
+meanwhile. Bounds per workspace: the parsed entries of at most PARSED_MAX_BYTES of day files (oldest days are
+dropped first; the day being read stays, up to [limits] warm_day_max_bytes), and the rendered text and token count
+of at most PIECES_MAX entries (the ones context payloads rendered last).
 Imports memd.fsio, memd.tokens and the warm format.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import stat
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -18,18 +29,87 @@ from pathlib import Path
 
 from memd import fsio
 from memd.errors import CorruptFile
-from memd.tiers import WARM_DAY_MAX_BYTES, read_tier_file, warm_format
-from memd.tiers.warm_format import WarmEntry
+from memd.tiers import MIB, WARM_DAY_MAX_BYTES, read_tier_file, warm_format
+from memd.tiers.warm_format import Resume, WarmEntry
 from memd.tokens import TokenCounter
+
+INLINE_PARSE_BYTES = 16 * 1024  # parsed on the loop (about a millisecond); more goes to a worker thread
+PARSED_MAX_BYTES = 16 * MIB  # day-file bytes whose parsed entries a workspace keeps (about 4x that in memory)
+PIECES_MAX = 4096  # entries whose rendered text and token count a workspace keeps
+
+
+@dataclass
+class Parsed:
+    """A day file's entries as parsed from its first `size` bytes; `tail` holds its bytes from `resume.offset`
+    to `size`, which an append by someone else must leave as they are."""
+
+    entries: list[WarmEntry]
+    size: int
+    resume: Resume
+    tail: bytes
 
 
 @dataclass
 class DayFile:
     fingerprint: fsio.Fingerprint | None
     tokens: int | None = None  # None: not counted yet (counted on first need)
-    entries: list[WarmEntry] | None = field(default=None, repr=False)  # parsed lazily, extended on append
+    parsed: Parsed | None = field(default=None, repr=False)  # None: not parsed (parsed on first need)
     ends_with_newline: bool | None = None  # None: unknown, read once when needed
     current: bool | None = None  # in the text-as-written format at its end (a zoned heading)? None: unknown
+    generation: int = 0  # bumped when `parsed` is dropped: a worker's parse of an older generation is not taken
+
+    @property
+    def entries(self) -> list[WarmEntry] | None:
+        return None if self.parsed is None else self.parsed.entries
+
+    def forget(self) -> None:
+        self.parsed = None
+        self.generation += 1
+
+
+@dataclass(frozen=True)
+class _Job:
+    """Parse a day file's bytes `start` to `size`, continuing `parsed` (None: the whole file)."""
+
+    day: date
+    known: DayFile
+    generation: int
+    parsed: Parsed | None
+    start: int
+    size: int
+    resume: Resume | None = None  # parsed.resume when the job was made: a parse advanced since is not continued
+
+    @property
+    def bytes(self) -> int:
+        return self.size - self.start
+
+    def same_start(self, other: _Job) -> bool:
+        """Does `other` continue the same parse (a worker's result for this job is then one for it too)?"""
+        return (
+            self.known is other.known
+            and self.generation == other.generation
+            and self.parsed is other.parsed
+            and self.resume is other.resume
+        )
+
+    def still_applies(self) -> bool:
+        """Is the day's parse still the one this job continues (not dropped, not advanced by another parse)?"""
+        parsed = self.known.parsed
+        return (
+            self.known.generation == self.generation
+            and parsed is self.parsed
+            and (parsed is None or parsed.resume is self.resume)
+        )
+
+
+@dataclass(frozen=True)
+class _Result:
+    entries: list[WarmEntry] = field(default_factory=list)
+    resume: Resume | None = None  # None: nothing to take (the file shrank meanwhile, or could not be read)
+    tail: bytes = b""
+    whole: bool = False  # parsed from the start of the file: the entries replace every known one
+    error: str | None = None
+    rewritten: bool = False  # the bytes before the append differ: parse the whole file again
 
 
 class WarmStore:
@@ -39,6 +119,8 @@ class WarmStore:
         self.errors: dict[date, str] = {}  # day files memd will not read (too large, not a regular file)
         self._counter = counter
         self.days: dict[date, DayFile] = {}
+        self._pieces: OrderedDict[tuple[date, int], tuple[WarmEntry, str, int]] = OrderedDict()
+        self._loading: dict[date, tuple[_Job, asyncio.Future[_Result]]] = {}  # a worker parses this day for `load`
         self.version = 0  # bumped on every change, so derived figures (usage) can be cached
         self._last_path: tuple[date | None, Path] = (None, directory)
         # How to read a day file whose heading names no time zone: by memd's older escaping rule (a file memd wrote
@@ -126,7 +208,8 @@ class WarmStore:
                 known.tokens += self._counter.count(added.decode("utf-8", "replace"))
         else:
             known.tokens = None
-        known.entries = None
+        if not appended:  # replaced or cut: parse it again; an append is parsed from the last entry on when read
+            known.forget()
         known.ends_with_newline = None
         known.fingerprint = fp
         self.version += 1
@@ -184,18 +267,38 @@ class WarmStore:
         planned = (write.expected_size or 0) + len(write.data)
         if fp.size != planned:  # someone else appended around memd's append: count and parse the file again
             known.tokens = None
-            known.entries = None
+            known.forget()
             known.ends_with_newline = None
             known.current = None
         else:
             known.current = True  # memd's append is in the current format, its heading written first if needed
             if known.tokens is not None:
                 known.tokens += added
-            if known.entries is not None:
-                known.entries.extend(entries)
+            if known.parsed is not None and known.parsed.size == (write.expected_size or 0):
+                self._extend(known.parsed, write.data, entries)
             known.ends_with_newline = write.data.endswith(b"\n")
         known.fingerprint = fp
         self.version += 1
+
+    def _extend(self, parsed: Parsed, data: bytes, entries: Sequence[WarmEntry]) -> None:
+        """Take memd's own append into the parse from what was written, without reading the file. Its entries
+        parse back exactly as they were rendered (the format's promise) when they are read by the text-as-written
+        rule: the file was in that format at its end, or the append starts with the day heading that says so.
+        Otherwise the append is parsed from memory, from the last entry on."""
+        first = data.find(b"### ")
+        last = data.rfind(b"\n### ") + 1  # memd's entries have no other line starting so (keys are escaped)
+        current = parsed.resume.at_end or b"# Activity Log" in data[: max(first, 0)]
+        if entries and first >= 0 and current and data.startswith(b"### ", last):
+            parsed.entries.extend(entries)
+            parsed.resume = Resume(parsed.size + last, len(parsed.entries) - 1, True, True)
+            parsed.tail = data[last:]
+        else:
+            added, resume = warm_format.parse_day_bytes(parsed.tail + data, parsed.resume)
+            del parsed.entries[parsed.resume.entries :]
+            parsed.entries.extend(added)
+            parsed.tail = (parsed.tail + data)[resume.offset - parsed.resume.offset :]
+            parsed.resume = resume
+        parsed.size += len(data)
 
     def tokens_for(self, day: date) -> int:
         known = self.days.get(day)
@@ -212,17 +315,129 @@ class WarmStore:
         return known.tokens
 
     def entries_for(self, day: date) -> list[WarmEntry]:
+        """A day's entries, parsed here as far as the file has grown (an async caller uses `load`)."""
         known = self.days.get(day)
         if known is None:
             return []
-        if known.entries is None:
-            data = self._read(day)
-            if data is None:
-                return []
-            text = data.decode("utf-8", "replace")
-            known.entries = warm_format.parse_day(text, self.zoneless_as_written)
-            known.current = warm_format.is_current_format(text)
-        return known.entries
+        for _ in range(3):
+            job = self._job(day)
+            if job is None:
+                break
+            self._take(job, self._parse(job, whole_if_rewritten=True))
+        return known.entries or []
+
+    async def load(self, day: date) -> list[WarmEntry]:
+        """A day's entries, parsed as far as the file has grown; more than INLINE_PARSE_BYTES to parse is parsed in
+        a worker thread (readers of the same day share it) while the loop serves others. Every request that was
+        acknowledged before this call is in what it returns."""
+        for _ in range(4):
+            job = self._job(day)
+            if job is None:
+                break
+            if job.bytes <= INLINE_PARSE_BYTES:
+                self._take(job, self._parse(job, whole_if_rewritten=False))
+                continue
+            loading = self._loading.get(day)
+            pending = loading[1] if loading is not None and loading[0].same_start(job) else self._start(job)
+            await asyncio.shield(pending)
+        return self.entries_for(day)
+
+    def _start(self, job: _Job) -> asyncio.Future[_Result]:
+        pending = asyncio.get_running_loop().run_in_executor(None, self._parse, job, True)
+        self._loading[job.day] = (job, pending)
+
+        def done(finished: asyncio.Future[_Result]) -> None:
+            if self._loading.get(job.day, (None, None))[1] is finished:
+                del self._loading[job.day]
+            if not finished.cancelled() and finished.exception() is None:
+                self._take(job, finished.result())
+
+        pending.add_done_callback(done)  # before any reader's: the parse is taken before they resume
+        return pending
+
+    def _job(self, day: date) -> _Job | None:
+        """What is left to parse of a day file, or None when its entries are up to date."""
+        known = self.days.get(day)
+        if known is None or known.fingerprint is None:
+            return None
+        size, parsed = known.fingerprint.size, known.parsed
+        if parsed is not None and parsed.size >= size:
+            return None
+        if parsed is None:
+            return _Job(day, known, known.generation, None, 0, size)
+        return _Job(day, known, known.generation, parsed, parsed.resume.offset, size, parsed.resume)
+
+    def _parse(self, job: _Job, whole_if_rewritten: bool) -> _Result:
+        """Read and parse what `job` names. Touches no state: it may run in a worker thread."""
+        try:
+            data = read_tier_file(self.directory / warm_format.day_filename(job.day), self.max_bytes, job.start) or b""
+        except CorruptFile as exc:
+            return _Result(error=exc.message)
+        data = data[: job.bytes]  # what memd is appending right now is taken when it is published
+        if len(data) < job.bytes:  # cut or replaced since it was looked at: the next scan sees it
+            return _Result()
+        if job.parsed is not None and not data.startswith(job.parsed.tail):
+            if not whole_if_rewritten:
+                return _Result(rewritten=True)
+            return self._parse(_Job(job.day, job.known, job.generation, None, 0, job.size), whole_if_rewritten)
+        resume_at = None if job.parsed is None else job.parsed.resume
+        entries, resume = warm_format.parse_day_bytes(data, resume_at, self.zoneless_as_written)
+        return _Result(entries, resume, data[resume.offset - job.start :], whole=job.parsed is None)
+
+    def _take(self, job: _Job, result: _Result) -> None:
+        """Take a parse into the day's entries, unless the day changed since the job was made."""
+        known = job.known
+        if self.days.get(job.day) is not known or not job.still_applies():
+            return
+        if result.error is not None:
+            self.errors[job.day] = result.error
+            known.forget()
+            return
+        self.errors.pop(job.day, None)
+        if result.rewritten or (result.whole and job.parsed is not None):
+            # Changed before its last entry yet grown like an append (rewritten in place): counted again too.
+            known.tokens = None
+            self.version += 1
+        if result.rewritten:
+            known.forget()
+            return
+        if result.resume is None:
+            return
+        size = job.size
+        if result.whole or job.parsed is None:
+            known.parsed = Parsed(result.entries, size, result.resume, result.tail)
+        else:
+            parsed = job.parsed
+            del parsed.entries[parsed.resume.entries :]
+            parsed.entries.extend(result.entries)
+            parsed.size, parsed.resume, parsed.tail = size, result.resume, result.tail
+        self._trim(job.day)
+
+    def _trim(self, keep: date) -> None:
+        """Drop the parsed entries of the oldest days until what is kept is within PARSED_MAX_BYTES of day files
+        (the day just parsed stays)."""
+        total = sum(k.parsed.size for k in self.days.values() if k.parsed is not None)
+        for day in sorted(self.days):
+            if total <= PARSED_MAX_BYTES:
+                return
+            known = self.days[day]
+            if day != keep and known.parsed is not None:
+                total -= known.parsed.size
+                known.forget()
+
+    def piece(self, day: date, index: int, entry: WarmEntry) -> tuple[str, int]:
+        """Entry `index` of a day rendered as the context payload shows it, and its token count: each counted once
+        (kept while it is among the PIECES_MAX rendered last: the payload's window only moves to newer entries)."""
+        key = (day, index)
+        cached = self._pieces.get(key)
+        if cached is not None and cached[0] is entry:
+            return cached[1], cached[2]
+        text = warm_format.render_entry(entry)
+        cost = self._counter.count(text)
+        self._pieces[key] = (entry, text, cost)
+        if len(self._pieces) > PIECES_MAX:
+            self._pieces.popitem(last=False)
+        return text, cost
 
     def _read(self, day: date, offset: int = 0) -> bytes | None:
         """A day file's bytes through the tier reader (capped, no symlinks); None, with the reason kept in

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from harness import RunningDaemon, base_config, wait_for, write_config
+from harness import LOOPS, RunningDaemon, base_config, wait_for, write_config
 
 from memd.client import Client
 from memd.errors import UnknownWorkspace
@@ -181,9 +181,11 @@ def _acknowledged(out: Path) -> list[int]:
     return [int(line) for line in out.read_text().splitlines() if line.strip().isdigit()]
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 def test_sigterm_during_16_concurrent_writers_exits_0_and_keeps_every_acknowledged_entry_exactly_once(
-    daemon: RunningDaemon,
+    make_daemon: MakeDaemon, short_root: Path, loop: str
 ) -> None:
+    daemon = make_daemon("load", config=base_config(short_root / "load", daemon={"loop": loop}))
     writers: list[tuple[subprocess.Popen[bytes], str, Path]] = []
     try:
         for i in range(16):

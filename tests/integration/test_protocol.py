@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import RunningDaemon, base_config, running_for_module, wait_for
+from harness import LOOPS, RunningDaemon, base_config, running_for_module, wait_for
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -138,21 +138,31 @@ def memd(module_root: Path) -> Iterator[RunningDaemon]:
         yield daemon
 
 
-@pytest.fixture(scope="module")
-def limited(module_root: Path) -> Iterator[RunningDaemon]:
-    """A daemon with a 4 KiB request cap and a 0.5 s partial-request timeout."""
-    root = module_root / "limited"
-    with running_for_module(
-        root, base_config(root, server={"max_request_bytes": 4096, "request_timeout_seconds": 0.5})
-    ) as daemon:
+@pytest.fixture(scope="module", params=LOOPS)
+def each_loop(module_root: Path, request: pytest.FixtureRequest) -> Iterator[RunningDaemon]:
+    """A daemon with default limits on each event loop (uvloop, asyncio): what depends on the loop's transports
+    (pipelining, backpressure, slow and vanishing clients, many connections) is tested on both."""
+    root = module_root / f"loop-{request.param}"
+    with running_for_module(root, base_config(root, daemon={"loop": request.param})) as daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="module", params=LOOPS)
+def limited(module_root: Path, request: pytest.FixtureRequest) -> Iterator[RunningDaemon]:
+    """A daemon with a 4 KiB request cap and a 0.5 s partial-request timeout, on each event loop."""
+    root = module_root / f"limited-{request.param}"
+    server = {"max_request_bytes": 4096, "request_timeout_seconds": 0.5}
+    with running_for_module(root, base_config(root, server=server, daemon={"loop": request.param})) as daemon:
         yield daemon
 
 
 # --- framing ---------------------------------------------------------------------------------------------------
 
 
-def test_fifty_pipelined_requests_get_fifty_responses_in_request_order(connect: Connect, memd: RunningDaemon) -> None:
-    conn = connect(memd)
+def test_fifty_pipelined_requests_get_fifty_responses_in_request_order(
+    connect: Connect, each_loop: RunningDaemon
+) -> None:
+    conn = connect(each_loop)
     requests = [
         request("warm.log", i, workspace="alpha", action=f"pipelined {i}") if i % 2 else request("ping", f"p{i}")
         for i in range(50)
@@ -171,16 +181,16 @@ def test_fifty_pipelined_requests_get_fifty_responses_in_request_order(connect: 
 
 
 def test_a_client_pipelining_large_reads_without_reading_is_held_at_its_answers_and_then_gets_them_all(
-    connect: Connect, memd: RunningDaemon
+    connect: Connect, each_loop: RunningDaemon
 ) -> None:
     for i in range(40):  # about 40 kB of context per answer
-        memd.call("warm.log", workspace="alpha", action=f"bulk {i}", result="lorem ipsum dolor sit amet " * 34)
-    before = memd.call("status")["server"]["requests"]
-    hog = connect(memd)
+        each_loop.call("warm.log", workspace="alpha", action=f"bulk {i}", result="lorem ipsum dolor sit amet " * 34)
+    before = each_loop.call("status")["server"]["requests"]
+    hog = connect(each_loop)
     hog.send(*(request("context.get", i, workspace="alpha") for i in range(300)))  # 300 lines: one read for memd
 
     def dispatched() -> int:
-        return int(memd.call("status")["server"]["requests"]) - before
+        return int(each_loop.call("status")["server"]["requests"]) - before
 
     seen: list[int] = []
 
@@ -550,10 +560,13 @@ def test_a_stalled_half_request_is_closed_while_other_clients_are_served(
     assert other.call("ping", 3)["result"]["pong"] is True
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 def test_an_idle_connection_is_closed_after_the_idle_timeout(
-    connect: Connect, make_daemon: Callable[..., RunningDaemon], short_root: Path
+    connect: Connect, make_daemon: Callable[..., RunningDaemon], short_root: Path, loop: str
 ) -> None:
-    daemon = make_daemon("idle", config=base_config(short_root / "idle", server={"idle_timeout_seconds": 0.5}))
+    daemon = make_daemon(
+        "idle", config=base_config(short_root / "idle", server={"idle_timeout_seconds": 0.5}, daemon={"loop": loop})
+    )
     conn = connect(daemon)
     assert conn.call("ping", 1)["result"]["pong"] is True
 
@@ -561,10 +574,13 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(
     assert connect(daemon).call("ping", 2)["result"]["pong"] is True
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 def test_a_client_that_is_slow_to_read_its_answers_is_not_closed_as_idle_while_answers_are_owed(
-    connect: Connect, make_daemon: Callable[..., RunningDaemon], short_root: Path
+    connect: Connect, make_daemon: Callable[..., RunningDaemon], short_root: Path, loop: str
 ) -> None:
-    daemon = make_daemon("owed", config=base_config(short_root / "owed", server={"idle_timeout_seconds": 0.5}))
+    daemon = make_daemon(
+        "owed", config=base_config(short_root / "owed", server={"idle_timeout_seconds": 0.5}, daemon={"loop": loop})
+    )
     for i in range(40):  # about 40 kB of context per answer: a few fill the socket, the rest wait in memd
         daemon.call("warm.log", workspace="alpha", action=f"bulk {i}", result="lorem ipsum dolor sit amet " * 34)
     slow = connect(daemon)
@@ -594,10 +610,13 @@ def _pause(seconds: float) -> None:
     threading.Event().wait(seconds)
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 def test_connections_over_the_cap_get_busy_and_are_closed_until_one_leaves(
-    connect: Connect, make_daemon: Callable[..., RunningDaemon], short_root: Path
+    connect: Connect, make_daemon: Callable[..., RunningDaemon], short_root: Path, loop: str
 ) -> None:
-    daemon = make_daemon("cap", config=base_config(short_root / "cap", server={"max_connections": 4}))
+    daemon = make_daemon(
+        "cap", config=base_config(short_root / "cap", server={"max_connections": 4}, daemon={"loop": loop})
+    )
     held = [_accepted_connection(connect, daemon) for _ in range(4)]
 
     fifth = connect(daemon)
@@ -617,29 +636,31 @@ def test_connections_over_the_cap_get_busy_and_are_closed_until_one_leaves(
 # --- robustness ---------------------------------------------------------------------------------------------------
 
 
-def test_a_client_that_disconnects_mid_request_does_not_affect_others(connect: Connect, memd: RunningDaemon) -> None:
-    other = connect(memd)
+def test_a_client_that_disconnects_mid_request_does_not_affect_others(
+    connect: Connect, each_loop: RunningDaemon
+) -> None:
+    other = connect(each_loop)
     assert other.call("ping", 1)["result"]["pong"] is True
 
-    half = connect(memd)
+    half = connect(each_loop)
     data = line(request("warm.log", 1, workspace="alpha", action="never finished"))
     half.send_bytes(data[: len(data) // 2])
     half.close()
 
-    gone = connect(memd)
+    gone = connect(each_loop)
     gone.send(request("warm.log", 1, workspace="alpha", action="sent then hung up"))
     gone.close()  # never reads its response (whether that write is committed is not promised)
 
     assert other.call("ping", 2)["result"]["pong"] is True
-    assert connect(memd).call("ping", 3)["result"]["pong"] is True
+    assert connect(each_loop).call("ping", 3)["result"]["pong"] is True
     assert "result" in other.call("warm.log", 4, workspace="alpha", action="after the hang-ups")
     actions = [e["action"] for e in other.call("warm.recent", 5, workspace="alpha")["result"]["days"][0]["entries"]]
     assert "after the hang-ups" in actions
     assert "never finished" not in actions  # half a line is never executed
 
 
-def test_two_hundred_concurrent_connections_are_all_served(connect: Connect, memd: RunningDaemon) -> None:
-    conns = [connect(memd) for _ in range(200)]
+def test_two_hundred_concurrent_connections_are_all_served(connect: Connect, each_loop: RunningDaemon) -> None:
+    conns = [connect(each_loop) for _ in range(200)]
     try:
         for round_ in range(3):
             for i, conn in enumerate(conns):

@@ -487,3 +487,33 @@ def test_a_project_directory_belongs_to_one_workspace_and_is_absolute(projects: 
         parse_config(raw, ENV)
 
     assert any(words in e for e in refused.value.errors)
+
+
+# --- promotion ---------------------------------------------------------------------------------------------------
+
+
+def test_promotion_defaults_to_three_a_day_by_the_offline_rules() -> None:
+    config = load_config(None, ENV)
+
+    assert config.warm.promote_max_per_day == 3
+    assert config.promote.backend == "extractive"
+
+
+def test_promotion_settings_are_checked_with_their_full_key_paths() -> None:
+    errors = config_errors(
+        {
+            "warm": {"promote_max_per_day": 101},
+            "promote": {"backend": "gpt", "max_prompt_tokens": 0},
+            "workspaces": {"w": {"path": "/tmp/w", "warm": {"promote_max_per_day": -1}}},
+        }
+    )
+
+    assert has_error(errors, "warm.promote_max_per_day", "between 0")
+    assert has_error(errors, "workspaces.w.warm.promote_max_per_day", "between 0")
+    assert any(e.startswith("promote.backend") for e in errors)
+
+
+def test_zero_turns_promotion_off_and_is_valid() -> None:
+    config = parse_config({"warm": {"promote_max_per_day": 0}}, ENV)
+
+    assert config.warm.promote_max_per_day == 0

@@ -681,3 +681,23 @@ def test_push_to_a_missing_remote_is_an_error(repo: GitRepo, tmp_path: Path) -> 
 
     with pytest.raises(GitError):
         repo.push(str(tmp_path / "nowhere.git"), "main", 30)
+
+
+def test_ref_locks_left_by_a_killed_git_are_cleared_at_start_and_once_stale(tmp_path: Path, repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    repo.commit(repo.stage(), "first", "", {})
+    head_lock = repo.git_dir / "HEAD.lock"
+    branch_lock = repo.git_dir / "refs" / "heads" / "main.lock"
+    for lock in (head_lock, branch_lock):
+        lock.write_text("")  # what `git commit` or `update-ref` leaves when it is killed half-way
+
+    assert repo.clear_stale_locks() == []  # fresh: it may belong to a git that is still working
+    old = time.time() - 3600
+    os.utime(head_lock, (old, old))
+    assert repo.clear_stale_locks() == ["HEAD.lock"]
+
+    again = locate(repo.work_tree, tmp_path / "state")
+    again.ensure("main")  # a daemon starting: no git of its own ran yet, so any lock with no git running is stale
+    assert not branch_lock.exists()
+    write(repo.work_tree / "hot" / "context.json", '{"a": 1}\n')
+    assert again.commit(again.stage(), "after the kill", "", {})

@@ -1,0 +1,89 @@
+"""The proposals of the cold tier (cold/PROPOSED.md, filled by retention's promotion, memd.promote): list, accept,
+reject, and their section of `context.get` when asked for.
+
+Accepting is a person's curation done through the writer: one batch removes the proposal from PROPOSED.md and
+inserts its line into MEMORY.md under its category with its own date (and, for a proposal that supersedes a
+learning, removes that learning's line when it is still there, word for word), so both files change together or
+not at all. Imports memd.handlers.access, memd.workspace, the tier formats, memd.params and memd.errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memd.batch import Draft
+from memd.errors import InvalidParams
+from memd.handlers.access import Call, result_with_usage
+from memd.params import Params
+from memd.tiers import cold_format, proposals_format
+from memd.tiers.proposals_format import Proposal
+from memd.workspace import proposal_json
+
+CONTEXT_HEADING = "# Proposed Learnings (not yet accepted)\n"
+
+
+def _take(draft: Draft, pid: str) -> tuple[str, Proposal]:
+    """PROPOSED.md's draft text without the proposal `pid`, and that proposal (InvalidParams when there is none)."""
+    text = draft.edit_proposals()
+    proposal = proposals_format.find(proposals_format.parse(text), pid)
+    if proposal is None:
+        raise InvalidParams(
+            f"no proposal {pid!r} in cold/PROPOSED.md (`memd proposals` lists them; it may have been accepted, "
+            "rejected or edited meanwhile)",
+            data={"param": "id", "id": pid},
+        )
+    return proposals_format.remove(text, proposal), proposal
+
+
+async def proposals_list(call: Call, p: Params) -> Any:
+    ws = call.ws
+    result: dict[str, Any] = {"proposals": [proposal_json(x) for x in ws.proposals.proposals]}
+    if ws.proposals.error is not None:
+        result["error"] = ws.proposals.error.message
+    return result
+
+
+async def proposals_accept(call: Call, p: Params) -> Any:
+    ws = call.ws
+    pid = p.text("id")
+
+    def edit(draft: Draft) -> tuple[Proposal, bool]:
+        rest, proposal = _take(draft, pid)
+        memory = draft.edit_cold()
+        replaced = False
+        if proposal.supersedes is not None:
+            old_day, old_text = proposal.supersedes
+            for learning in cold_format.parse_memory(memory):
+                if (learning.date, learning.text) == (old_day, old_text):
+                    memory = cold_format.remove_line(memory, learning.line)
+                    replaced = True
+                    break
+        draft.cold = memory
+        category = proposal.category.strip() or "Learnings"
+        draft.learn(category, proposal.text, proposal.date)
+        draft.proposals = rest
+        return proposal, replaced
+
+    proposal, replaced = await ws.write(edit)
+    return result_with_usage(ws, {"accepted": proposal_json(proposal), "replaced": replaced})
+
+
+async def proposals_reject(call: Call, p: Params) -> Any:
+    ws = call.ws
+    pid = p.text("id")
+
+    def edit(draft: Draft) -> Proposal:
+        rest, proposal = _take(draft, pid)
+        draft.proposals = rest
+        return proposal
+
+    proposal = await ws.write(edit)
+    return result_with_usage(ws, {"rejected": proposal_json(proposal)})
+
+
+def context_section(proposals: list[Proposal]) -> str:
+    """The proposals as `context.get` shows them when asked (outside every budget), each line escaped."""
+    if not proposals:
+        return ""
+    lines = [cold_format.render_learning(x.date, f"({x.id}) [{x.category}] {x.text}") for x in proposals]
+    return CONTEXT_HEADING + "".join(lines)

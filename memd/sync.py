@@ -1,0 +1,225 @@
+"""Two-way sync of each workspace's snapshot history with its git remote: fetch, merge, publish, push.
+
+One round, holding the workspace's repository lock (memd.snapshots; never its writer, but for the publish):
+1. commit the workspace as it is (`before sync`);
+2. fetch the remote's branch into a private ref;
+3. integrate it: nothing to do when the remote is behind; a fast-forward when this side is behind; otherwise a
+   merge commit of both (`git merge-tree` with memd's merge drivers, memd.merge_driver: warm days and learnings of
+   both sides kept, this machine's hot session kept live, the other's in the merge's other parent). Nothing of it
+   touches the work tree or leaves a merge in progress (memd.gitsync);
+4. publish the merged files through the workspace's writer (`Workspace.publish_merged`): each file is merged
+   again, in the worker, against the file as every acknowledged write left it, so a write made while the merge
+   ran is kept; then HEAD moves to the merge (compare-and-swap) and the registry's listeners hear of the change
+   (search, token counts, the next snapshot). A kill before HEAD moves leaves merged files that the next snapshot
+   commits and the next merge recognises (entries and learnings are compared by content, so none is doubled);
+5. push, never forced. A push refused because the remote moved meanwhile starts another round (3 at most).
+
+What memd cannot merge (a learning edited differently on both sides, prose changed on both sides, a file memd does
+not own changed on both sides) is a conflict: no merge commit, no push, the workspace serves its own version,
+and `status` / `memd sync` show the files and the commands that settle it. The hot tier stays this machine's:
+a fast-forward moves HEAD but leaves hot/ as it is (the next snapshot commits it), and the first time a round
+meets another machine's session it logs a warm entry naming that session and its commit.
+Imports memd.snapshots, memd.workspace, memd.gitsync, memd.merge_driver, memd.config and memd.errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memd import fsio, gitsync
+from memd.config import SnapshotConfig
+from memd.errors import MemdError, Unavailable
+from memd.gitrepo import GitError, GitRepo
+from memd.merge_driver import kind_of, merge
+from memd.snapshots import RepoState, Snapshotter
+from memd.workspace import Workspace
+
+log = logging.getLogger(__name__)
+ROUNDS = 3  # fetch-merge-push rounds one sync may take while other machines keep pushing
+T = TypeVar("T")
+
+
+class Syncer:
+    def __init__(
+        self,
+        snapshots: Snapshotter,
+        config: SnapshotConfig,
+        io: Executor,
+        python: str,
+        attributes_file: Path,
+    ) -> None:
+        self.snapshots = snapshots
+        self.config = config
+        self._io = io
+        self._python = python
+        self._attributes = attributes_file
+        self._seen_sessions: dict[str, set[str]] = {}  # per workspace: other machines' sessions already logged
+
+    def reconfigure(self, config: SnapshotConfig) -> None:
+        self.config = config
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def sync_all(self) -> dict[str, str]:
+        """Sync every tracked workspace (the scheduled job). Returns each one's state."""
+        results: dict[str, str] = {}
+        for ws in self.snapshots.tracked():
+            report = await self.sync(ws)
+            results[ws.name] = str(report.get("state"))
+        return results
+
+    async def sync(self, ws: Workspace) -> dict[str, Any]:
+        """One sync of `ws` (up to ROUNDS rounds). Returns the report status shows; failures are in it, not raised."""
+        if not self.config.enabled or not self.config.remote:
+            raise Unavailable(
+                "no remote to sync with: set [snapshot] remote (and sync = true to sync on a schedule); docs/sync.md"
+            )
+        state = self.snapshots.repo_state(ws)
+        url = self.snapshots.remote_for(ws.name)
+        report: dict[str, Any] = {"state": "error", "remote": url, "at": ws.clock.now().isoformat(timespec="seconds")}
+        async with state.lock:
+            try:
+                for _ in range(ROUNDS):
+                    outcome = await self._round(ws, state, url, report)
+                    if outcome != "again":
+                        break
+                else:
+                    report.update(state="behind", error="the remote kept moving; the next sync goes on")
+            except (GitError, MemdError, OSError) as exc:
+                report.update(state="error", error=getattr(exc, "message", None) or str(exc))
+        previous = state.sync
+        report["merges"] = previous.get("merges", 0) + report.pop("merged", 0)
+        report["syncs"] = previous.get("syncs", 0) + 1
+        if report["state"] in ("conflict", "error") and previous.get("error") != report.get("error"):
+            log.warning("workspace %s: sync %s: %s", ws.name, report["state"], report.get("error"))
+        state.sync = report
+        return report
+
+    async def _round(self, ws: Workspace, state: RepoState, url: str, report: dict[str, Any]) -> str:
+        repo = await self.snapshots.repo_locked(ws, state)
+        head, _ = await self.snapshots.commit_locked(ws, state, "before sync")
+        if not head and state.last_error:
+            raise Unavailable(f"could not commit the workspace before syncing: {state.last_error}")
+        timeout = self.config.push_timeout_seconds
+        remote = await self._run(gitsync.fetch, repo, url, self.config.branch, timeout)
+        report["remote_head"] = remote or None
+        new = head
+        if remote and remote != head and not (head and await self._ancestor(repo, remote, head)):
+            if not head or await self._ancestor(repo, head, remote):
+                new = remote  # this side is behind: a fast-forward
+            else:
+                new = await self._merge(repo, head, remote, report)
+                if not new:
+                    return "conflict"
+                report["merged"] = report.get("merged", 0) + 1
+            await self._publish(ws, repo, head, new)
+            await self._note_other_session(ws, repo, remote)
+        report.update(state="ok", head=new or None, error=None, conflicts=[], resolve=[])
+        if not new or new == remote:
+            return "done"
+        outcome = await self._run(gitsync.push, repo, url, self.config.branch, timeout)
+        if outcome == "diverged":
+            return "again"
+        state.push_state, state.push_error, state.pushed_head = "ok", "", new
+        return "done"
+
+    async def _ancestor(self, repo: GitRepo, ancestor: str, descendant: str) -> bool:
+        return await self._run(gitsync.is_ancestor, repo, ancestor, descendant)
+
+    async def _merge(self, repo: GitRepo, head: str, remote: str, report: dict[str, Any]) -> str:
+        """The merge commit of `head` and `remote`, or "" after recording a conflict in `report`."""
+        await self._run(gitsync.write_attributes, self._attributes)
+        await self._run(gitsync.install_drivers, repo, self._python)
+        options = gitsync.driver_options(self._python, self._attributes)
+        merged = await self._run(gitsync.merge_trees, repo, head, remote, options)
+        if merged.unresolved:
+            report.update(
+                state="conflict",
+                error="memd cannot merge "
+                + ", ".join(sorted({c.path for c in merged.unresolved}))
+                + " by its rules; this workspace keeps serving its own version and is not pushed until it is settled",
+                conflicts=[{"path": c.path, "kind": c.kind, "message": c.message} for c in merged.unresolved],
+                resolve=self._resolve_commands(repo, remote, [c.path for c in merged.unresolved]),
+            )
+            return ""
+        message = (
+            f"memd: sync merge of {remote[:12]}\n\n"
+            f"Memd-Reason: sync\nMemd-Sync-Remote: {remote}\nMemd-Sync-Local: {head}\n"
+        )
+        return await self._run(gitsync.commit_tree, repo, merged.tree, [head, remote], message)
+
+    def _resolve_commands(self, repo: GitRepo, remote: str, paths: list[str]) -> list[str]:
+        git = f"git --git-dir={repo.git_dir} --work-tree={repo.work_tree}"
+        name = repo.work_tree.name
+        return [
+            f"see the other side: {git} diff HEAD {remote[:12]} -- {' '.join(paths)}",
+            f"either make this side's lines read as you want them everywhere (for example as the other side has "
+            f"them: {git} show {remote[:12]}:{paths[0]}), then run `memd sync WORKSPACE`",
+            f"or merge by hand: {git} merge {gitsync.SYNC_REF} (memd's own files merge themselves; fix the files "
+            f"it lists, then {git} commit -a), then run `memd sync WORKSPACE` ({name})",
+        ]
+
+    async def _publish(self, ws: Workspace, repo: GitRepo, old: str, new: str) -> None:
+        """Bring the workspace's files from `old` to `new` through its writer (hot/ stays this machine's), merging
+        in what was written since `old`; then move HEAD to `new`."""
+        paths = [p for p in self.config.paths if p != "hot"]
+        changed = await self._run(gitsync.changed_paths, repo, old, new, paths) if paths else []
+        versions = {}
+        for path in changed:
+            versions[path] = (
+                await self._run(gitsync.blob, repo, old, path),
+                await self._run(gitsync.blob, repo, new, path),
+            )
+        root = ws.root
+
+        def decide() -> dict[str, bytes | None]:
+            chosen: dict[str, bytes | None] = {}
+            for path, (before, after) in versions.items():
+                current = fsio.read_bytes(root / path)
+                if current == before:
+                    chosen[path] = after
+                elif current == after:
+                    continue
+                elif after is not None and current is not None and (kind := kind_of(path)) not in (None, "hot"):
+                    result = merge(str(kind), before or b"", current, after)
+                    if result.clean and result.data != current:
+                        chosen[path] = result.data
+                # otherwise the file changed here meanwhile in a way memd cannot fold in now: it stays, and the
+                # next snapshot and sync merge it properly
+            return chosen
+
+        written = await ws.publish_merged(decide) if versions else []
+        await self._run(gitsync.move_head, repo, new, old)
+        tiers = frozenset(p.split("/")[0] for p in written)
+        if tiers and ws.on_commit is not None:  # the registry's listeners: search, token counts, snapshots
+            ws.on_commit(ws, tiers)
+
+    async def _note_other_session(self, ws: Workspace, repo: GitRepo, remote: str) -> None:
+        """Log, once per other machine's session, that its hot state was set aside and where it is."""
+        raw = await self._run(gitsync.blob, repo, remote, "hot/context.json")
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            return
+        session = str(doc.get("session_id") or "") if isinstance(doc, dict) else ""
+        seen = self._seen_sessions.setdefault(ws.name, set())
+        if not session or session == str(ws.hot.doc.get("session_id") or "") or session in seen:
+            return
+        seen.add(session)
+        details = (
+            ("session_id", session),
+            ("task", str(doc.get("task") or "")),
+            ("commit", remote),
+            ("show", f"memd show {ws.name} {remote[:12]}:hot/context.json"),
+        )
+        try:
+            await ws.write(lambda draft: draft.log("sync: another machine's session", details, "kept in history"))
+        except MemdError as exc:
+            log.warning("workspace %s: could not log the other machine's session: %s", ws.name, exc.message)

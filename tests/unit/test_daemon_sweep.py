@@ -1,0 +1,73 @@
+"""Retention sweeps of many workspaces run with bounded concurrency (memd.daemon: `daemon.sweep_concurrency`).
+
+The workspaces are fakes whose sweep waits on an event the test releases: what is checked is how many sweeps run
+at once, that every workspace is swept, and that one failure neither stops the others nor goes unreported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from memd.daemon import Daemon
+
+
+@dataclass
+class Gauge:
+    running: int = 0
+    most: int = 0
+
+
+@dataclass
+class FakeWorkspace:
+    name: str
+    gauge: Gauge
+    fail: bool = False
+    swept: list[bool] = field(default_factory=list)
+
+    async def sweep(self, dry_run: bool, confirm: bool = False) -> dict[str, Any]:
+        self.gauge.running += 1
+        self.gauge.most = max(self.gauge.most, self.gauge.running)
+        try:
+            for _ in range(3):  # give every other sweep the chance to start meanwhile
+                await asyncio.sleep(0)
+            if self.fail:
+                raise OSError(f"{self.name} cannot be swept")
+            self.swept.append(dry_run)
+            return {"workspace": self.name, "removed": [f"{self.name}.md"]}
+        finally:
+            self.gauge.running -= 1
+
+
+def fake_daemon(spaces: list[FakeWorkspace], bound: int) -> Any:
+    config = SimpleNamespace(daemon=SimpleNamespace(sweep_concurrency=bound))
+    registry = SimpleNamespace(workspaces={ws.name: ws for ws in spaces})
+    fake = SimpleNamespace(config=config, registry=registry)
+    fake._sweep_each = lambda *a, **k: Daemon._sweep_each(fake, *a, **k)  # type: ignore[arg-type]
+    return fake
+
+
+@pytest.mark.parametrize("bound", [1, 3, 8])
+def test_no_more_workspaces_are_swept_at_once_than_the_bound_and_every_one_is_swept(bound: int) -> None:
+    gauge = Gauge()
+    spaces = [FakeWorkspace(f"w{i}", gauge) for i in range(20)]
+
+    result = asyncio.run(Daemon.sweep(fake_daemon(spaces, bound), None, dry_run=False))
+
+    assert gauge.most == bound
+    assert [r["workspace"] for r in result["results"]] == [ws.name for ws in spaces]
+    assert all(ws.swept == [False] for ws in spaces)
+
+
+def test_one_failing_workspace_does_not_stop_the_others_and_its_error_is_the_answer() -> None:
+    gauge = Gauge()
+    spaces = [FakeWorkspace(f"w{i}", gauge, fail=(i == 2)) for i in range(6)]
+
+    with pytest.raises(OSError, match="w2 cannot be swept"):
+        asyncio.run(Daemon.sweep(fake_daemon(spaces, 2), None, dry_run=True))
+
+    assert [ws.name for ws in spaces if ws.swept] == ["w0", "w1", "w3", "w4", "w5"]
