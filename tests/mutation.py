@@ -103,7 +103,11 @@ def main() -> int:
         log = work / f"mutate-{module}.log"
         with open(log, "w", encoding="utf-8") as f:
             proc = subprocess.run(
-                [str(BIN / "mutmut"), "run", *children, f"{module}.*"], cwd=work, stdout=f, stderr=subprocess.STDOUT, env=env
+                [str(BIN / "mutmut"), "run", *children, f"{module}.*"],
+                cwd=work,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
             )
         print(f"{module}: mutmut exited {proc.returncode} after {time.monotonic() - started:.0f} s (log: {log})")
     table = results(work, modules)
