@@ -25,7 +25,6 @@ import os
 import secrets
 import signal
 import stat
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -149,7 +148,6 @@ class Renames:
         self.supported = True  # False: no renameat2 in this libc at all
         self.refused_on: set[int] = set()  # devices whose filesystem refused the flags (NFS, CIFS, some FUSE)
         self._fn: Any = None
-        self._lock = threading.Lock()
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             fn = libc.renameat2
