@@ -90,6 +90,23 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def proc_context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of the process so far, all its threads (live ones: a thread
+    that exited took its counts with it, so measure a process whose threads stay)."""
+    voluntary = involuntary = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            continue
+        for line in text.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                voluntary += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                involuntary += int(line.split()[1])
+    return voluntary, involuntary
+
+
 class Daemon:
     """One memd process on its own scratch directory."""
 

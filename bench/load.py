@@ -188,6 +188,7 @@ def _sqlite(args: dict[str, Any], index: int, barrier: Any, duration: float) -> 
 
 
 def _floor_server(path: str, data_path: str, data: bytes, ready: Any) -> None:
+    import resource
     import threading
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -204,6 +205,10 @@ def _floor_server(path: str, data_path: str, data: bytes, ready: Any) -> None:
             if not chunk:
                 conn.close()
                 return
+            if chunk == b"RUSAGE\n":  # FloorServer.context_switches (all threads, ended ones too)
+                usage = resource.getrusage(resource.RUSAGE_SELF)
+                conn.sendall(f"{usage.ru_nvcsw} {usage.ru_nivcsw}\n".encode())
+                continue
             buf += chunk
             n = buf.count(b"\n")
             buf = buf[buf.rfind(b"\n") + 1 :]
@@ -229,6 +234,14 @@ class FloorServer:
         self.proc.start()
         if not ready.wait(30):
             raise RuntimeError("floor server did not start")
+
+    def context_switches(self) -> tuple[int, int]:
+        """(voluntary, involuntary) context switches of the floor process so far, every thread counted."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(self.path)
+            sock.sendall(b"RUSAGE\n")
+            voluntary, involuntary = sock.makefile().readline().split()
+        return int(voluntary), int(involuntary)
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -1,17 +1,15 @@
 """What one batch of writes is made of, and the part a worker thread runs.
 
 The `Draft` is what edits see and change; a `Batch` is a draft turned into file writes, between planning and
-acknowledgement; `apply_writes` and `replace_tree` run in a worker thread. The writer that sequences batches
-is `memd.workspace.Workspace`. Imports the tiers and memd.fsio.
+acknowledgement; `apply_writes` runs in a worker thread. The planner (memd.planner) makes batches, the writer
+(memd.writer) sequences them. Imports the tiers and memd.fsio.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, TypeVar
@@ -127,57 +125,4 @@ class Batch:
     writes: list[fsio.FileWrite] = field(default_factory=list)
     warm_tokens: int | None = None  # counted while the write is in flight
     hot_tokens: int | None = None
-
-
-def fail_futures(futures: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_exception(exc)
-
-
-def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
-    """From a worker thread: run fn(*args) on the loop. A closed loop means the daemon is gone; nothing waits."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:
-        log.warning("a batch finished after the event loop closed; its requests were never acknowledged")
-
-
-def apply_writes(root: fsio.PinnedDir, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
-    """Runs in a worker thread. The workspace must still be the directory memd opened (a swapped-in symlink or
-    directory fails the batch: nothing is written anywhere else). A tier directory someone removed is made again
-    (the workspace root never is: a removed workspace stays removed), so one `rm -r warm` does not fail every
-    later write. Raises fsio.OutsideChange when a guarded replace finds a person's version in place."""
-    root.verify()
-    for tier_dir in {w.path.parent for w in writes}:
-        if not os.path.lexists(tier_dir):
-            fsio.ensure_dir(tier_dir)
-    return fsio.apply_writes(writes)
-
-
-def replace_tree(pinned: fsio.PinnedDir, files: dict[str, bytes], paths: list[str]) -> list[str]:
-    """Runs in a worker thread: write every file of `files`, remove the other files under `paths`."""
-    pinned.verify()
-    root = pinned.path
-    changed: list[str] = []
-    for top in {rel.split("/")[0] for rel in files} | set(paths):
-        if (root / top).is_symlink():
-            raise OSError(errno.ELOOP, f"{root / top} is a symlink; memd does not restore through it")
-    for rel, data in sorted(files.items()):
-        target = root / rel
-        if fsio.read_bytes(target) != data:
-            fsio.ensure_dir(target.parent)
-            fsio.atomic_replace(target, data)
-            changed.append(rel)
-    for top in paths:
-        base = root / top
-        candidates = (
-            [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
-        )
-        for path in candidates:
-            rel = str(path.relative_to(root))
-            if rel not in files and not fsio.is_temp_name(path.name):
-                path.unlink()
-                fsio.fsync_dir(path.parent)
-                changed.append(rel)
-    return changed
+    refused: OSError | None = None  # the planner found the disk would refuse this batch: it fails whole

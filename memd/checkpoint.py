@@ -95,6 +95,15 @@ class Checkpointer:
 
     # --- triggers --------------------------------------------------------------------------------------------
 
+    def reconfigure(
+        self, config: CheckpointConfig, summarizer: Summarizer, max_tokens_per_day: int, deadline_seconds: float
+    ) -> None:
+        """A reloaded config: the next checkpoint uses the new threshold, summarizer and LLM limits."""
+        self.config = config
+        self.summarizer = summarizer
+        self.max_tokens_per_day = max_tokens_per_day
+        self.deadline_seconds = deadline_seconds
+
     def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
         """Registry listener: after any hot change, schedule a checkpoint if hot is over the threshold."""
         if "hot" in tiers:

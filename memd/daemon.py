@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from memd import __version__, listen, notify
+from memd.changes import Fanout
 from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
 from memd.errors import ConfigError, MemdError, StartupError
@@ -87,11 +88,6 @@ class Daemon:
         self.syncer = Syncer(
             self.snapshots, config.snapshot, self.git_io, sys.executable, config.daemon.state_dir / "merge.attributes"
         )
-        self.locks = listen.WorkspaceLocks()
-        self._lock_of: dict[Workspace, tuple[int, int]] = {}
-        self.registry = Registry(config, self._open_workspace, self._release_workspace)
-        self.registry.on_register = self.snapshots.track  # served from now on (a reload's prepared ones are not yet)
-        self.registry.listeners.append(self.snapshots.on_change)
         self.checkpoints = Checkpointer(
             config.checkpoint,
             self._summarizer(config),
@@ -102,11 +98,16 @@ class Daemon:
             fallback=ExtractiveSummarizer(self._counter(config.budget.encoding)),
             spend_file=config.daemon.state_dir / "llm-spend.json",
         )
-        self.registry.listeners.append(self.checkpoints.on_change)
         self.promoter = self._promoter(config)  # [promote] backend; None: the extractive rules (memd.promote)
         # Derived state in the state dir; its listener only marks what changed (never on the ack path).
         self.search = SearchService(config.search, config.daemon.state_dir / "search.sqlite3")
-        self.registry.listeners.append(self.search.on_change)
+        # The one change sink every workspace gets when it is made: git keeps the history (and commits before a
+        # sweep deletes), checkpoints, snapshots and search hear what changed.
+        listeners = (self.snapshots.on_change, self.checkpoints.on_change, self.search.on_change)
+        self.changes = Fanout(self.snapshots, listeners)
+        self.locks = listen.WorkspaceLocks()
+        self._lock_of: dict[Workspace, tuple[int, int]] = {}
+        self.registry = Registry(config, self._open_workspace, self._release_workspace, self.changes)
         self.jobs = Jobs(config.jobs, config.daemon.state_dir / "jobs.json")
         self._signals: asyncio.Queue[int] = asyncio.Queue()
         self._stop = asyncio.Event()
@@ -455,10 +456,11 @@ class Daemon:
             self.clock,
             self.io,
             max_pending=self.config.server.max_pending_writes,
+            sink=self.changes,
             limits=self.config.limits,
             on_batch=self.metrics.batch,
             adoption_file=self.config.daemon.state_dir / "workspaces" / f"{ws_config.name}.json",
-            promoter=self.promoter,
+            promoter=lambda: self.promoter,
         )
         try:
             removed = ws.open()
@@ -490,21 +492,14 @@ class Daemon:
             listen.remove(old_listener)
             self._retired.append(old)  # its open connections are served to the end
         self.config = new
-        self.server.limits = _limits(new.server)
+        self.server.reconfigure(_limits(new.server))
         await self.registry.apply(new, opened)
-        for ws in self.registry.workspaces.values():
-            ws.max_pending = new.server.max_pending_writes
         self.snapshots.reconfigure(new.snapshot)
         self.syncer.reconfigure(new.snapshot)
         self.snapshots.prune(set(self.registry.workspaces))
-        self.checkpoints.summarizer = summarizer
-        self.promoter = self._promoter(new)
-        for ws in self.registry.workspaces.values():
-            ws.promoter = self.promoter
-        self.checkpoints.config = new.checkpoint
-        self.checkpoints.max_tokens_per_day = new.llm.max_tokens_per_day
-        self.checkpoints.deadline_seconds = new.llm.deadline_seconds
-        self.jobs.config = new.jobs
+        self.promoter = self._promoter(new)  # each workspace asks for it at its next sweep
+        self.checkpoints.reconfigure(new.checkpoint, summarizer, new.llm.max_tokens_per_day, new.llm.deadline_seconds)
+        self.jobs.reconfigure(new.jobs)
         self.search.reconfigure(new.search)
         self._schedule_jobs()
         self._retired = [s for s in self._retired if s.connections]

@@ -25,7 +25,6 @@ import os
 import secrets
 import signal
 import stat
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -149,7 +148,6 @@ class Renames:
         self.supported = True  # False: no renameat2 in this libc at all
         self.refused_on: set[int] = set()  # devices whose filesystem refused the flags (NFS, CIFS, some FUSE)
         self._fn: Any = None
-        self._lock = threading.Lock()
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             fn = libc.renameat2
@@ -531,3 +529,46 @@ def _discard_temps(staged: Iterable[_Staged]) -> None:
                 os.unlink(st.tmp)
     for directory in sorted(directories):
         fsync_dir(directory)
+
+
+# --- the worker side of a batch and of a restore (run in memd's I/O threads, never on the loop) ------------
+
+
+def write_batch(root: PinnedDir, writes: list[FileWrite]) -> list[Fingerprint]:
+    """Runs in a worker thread. The workspace must still be the directory memd opened (a swapped-in symlink or
+    directory fails the batch: nothing is written anywhere else). A tier directory someone removed is made again
+    (the workspace root never is: a removed workspace stays removed), so one `rm -r warm` does not fail every
+    later write. Raises OutsideChange when a guarded replace finds a person's version in place."""
+    root.verify()
+    for tier_dir in {w.path.parent for w in writes}:
+        if not os.path.lexists(tier_dir):
+            ensure_dir(tier_dir)
+    return apply_writes(writes)
+
+
+def restore_tree(pinned: PinnedDir, files: dict[str, bytes], paths: list[str]) -> list[str]:
+    """Runs in a worker thread: write every file of `files`, remove the other files under `paths`."""
+    pinned.verify()
+    root = pinned.path
+    changed: list[str] = []
+    for top in {rel.split("/")[0] for rel in files} | set(paths):
+        if (root / top).is_symlink():
+            raise OSError(errno.ELOOP, f"{root / top} is a symlink; memd does not restore through it")
+    for rel, data in sorted(files.items()):
+        target = root / rel
+        if read_bytes(target) != data:
+            ensure_dir(target.parent)
+            atomic_replace(target, data)
+            changed.append(rel)
+    for top in paths:
+        base = root / top
+        candidates = (
+            [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
+        )
+        for path in candidates:
+            rel = str(path.relative_to(root))
+            if rel not in files and not is_temp_name(path.name):
+                path.unlink()
+                fsync_dir(path.parent)
+                changed.append(rel)
+    return changed

@@ -84,6 +84,10 @@ class Jobs:
             self._persisted = {}
         self._clock_mark = (self.wall_clock(), self.monotonic_clock())
 
+    def reconfigure(self, config: JobsConfig) -> None:
+        """A reloaded [jobs]: timeouts and grace times of runs from now on (the daemon re-adds the schedules)."""
+        self.config = config
+
     def start(self) -> None:
         self._scheduler = AsyncIOScheduler(timezone=UTC)
         self._scheduler.add_listener(self._on_event, EVENT_JOB_MISSED | EVENT_JOB_ERROR)

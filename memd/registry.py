@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memd.changes import ChangeSink, NoSink
 from memd.config import WORKSPACE_NAME, Config, WorkspaceConfig
 from memd.config_checks import directory_identity
 from memd.debounce import Debouncer
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 
 Factory = Callable[[WorkspaceConfig], Workspace]  # opens it and takes its lock; StartupError if it cannot
 Release = Callable[[Workspace], None]  # lets go of the lock the factory took
-ChangeListener = Callable[[Workspace, frozenset[str], str], None]  # (workspace, tiers, origin: "external"|"write")
 
 
 @dataclass
@@ -51,8 +51,13 @@ def held_elsewhere(exc: StartupError) -> bool:
 
 
 class Registry:
-    def __init__(self, config: Config, factory: Factory, release: Release = lambda _ws: None) -> None:
+    def __init__(
+        self, config: Config, factory: Factory, release: Release = lambda _ws: None, sink: ChangeSink | None = None
+    ) -> None:
+        """`factory` opens a workspace (giving it the same `sink`); `sink` hears registrations and adopted
+        outside edits."""
         self.config = config
+        self.sink: ChangeSink = sink or NoSink()
         self._factory = factory
         self._release = release
         self.workspaces: dict[str, Workspace] = {}
@@ -61,11 +66,9 @@ class Registry:
         self._file_errors: dict[tuple[str, str], str] = {}  # (workspace, tier) -> why its writes are refused
         self._tasks: set[asyncio.Task[None]] = set()  # adoptions in flight (a reference keeps each alive)
         self._refused_configs: dict[str, WorkspaceConfig] = {}
-        self.on_register: Callable[[Workspace], None] | None = None
         self._by_root: dict[Path, str] = {}
         self._identity: dict[Workspace, tuple[int, int] | str] = {}
         self.stats = SyncStats()
-        self.listeners: list[ChangeListener] = []
         self.watcher: Watcher | None = None
         self._rewatch: set[Path] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -111,10 +114,8 @@ class Registry:
         self.workspaces[ws.name] = ws
         self._by_root[ws.root] = ws.name
         self._identity[ws] = directory_identity(ws.root)
-        ws.on_commit = self._on_commit
         self._log_file_errors(ws)
-        if self.on_register is not None:
-            self.on_register(ws)
+        self.sink.registered(ws)  # served from now on (a reload's prepared workspaces are not yet)
         if self.watcher is not None:
             self.watcher.watch_workspace(ws.root)
         return ws
@@ -183,14 +184,14 @@ class Registry:
                 await self.remove(name)  # discovered, now configured under another name: that name serves it
             elif wanted is not None:
                 self.discovered.discard(name)  # configured now: the config's settings win
-                self.workspaces[name].reconfigure(wanted, new.limits)
+                self.workspaces[name].reconfigure(wanted, new.limits, new.server.max_pending_writes)
         for ws in opened.values():
             self._register(ws)
         self.refused = {n: why for n, why in self.refused.items() if n in new.workspaces and n not in opened}
         self._refused_configs = {n: new.workspaces[n] for n in self.refused}
         for name in list(self.discovered):
             ws = self.workspaces[name]
-            ws.reconfigure(new.workspace_for_discovered(name, ws.root), new.limits)
+            ws.reconfigure(new.workspace_for_discovered(name, ws.root), new.limits, new.server.max_pending_writes)
         self.discover()
 
     # --- discovery -------------------------------------------------------------------------------------------
@@ -297,7 +298,7 @@ class Registry:
         if changed:
             self.stats.adopted += 1
             log.info("workspace %s: adopted outside change to %s", name, ", ".join(sorted(changed)))
-            self._notify(ws, frozenset(changed), "external")
+            self.sink.changed(ws, frozenset(changed), "external")
 
     async def reconcile(self) -> int:
         """Stat every workspace and adopt what changed (catches dropped events); try refused workspaces again.
@@ -322,7 +323,7 @@ class Registry:
                 changed_count += 1
                 self.stats.adopted += 1
                 log.info("reconcile: workspace %s changed outside memd (%s)", name, ", ".join(sorted(changed)))
-                self._notify(ws, frozenset(changed), "external")
+                self.sink.changed(ws, frozenset(changed), "external")
         self.discover()
         self.stats.reconciles += 1
         return changed_count
@@ -351,16 +352,6 @@ class Registry:
                 continue
             del self.refused[name], self._refused_configs[name]
             log.info("workspace %s: no other memd holds it any more; serving it", name)
-
-    def _on_commit(self, ws: Workspace, tiers: frozenset[str]) -> None:
-        self._notify(ws, tiers, "write")
-
-    def _notify(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
-        for listener in self.listeners:
-            try:
-                listener(ws, tiers, origin)
-            except Exception:
-                log.exception("change listener failed for workspace %s", ws.name)
 
     def status(self) -> dict[str, Any]:
         return {

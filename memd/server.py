@@ -85,6 +85,10 @@ class Server:
         self._server = await loop.create_unix_server(lambda: Connection(self), sock=sock, backlog=512)
         self._sweeper = loop.call_later(self._sweep_interval(), self._sweep)
 
+    def reconfigure(self, limits: Limits) -> None:
+        """A reloaded [server]: timeouts and caps apply to requests from now on, open connections included."""
+        self.limits = limits
+
     def recheck_peers(self) -> None:
         """The policy `authorize` applies changed: every open connection's peer is checked again before its next
         request, and one no longer allowed is refused and closed."""

@@ -86,7 +86,6 @@ class Snapshotter:
     def track(self, ws: Workspace) -> None:
         self._workspaces[ws.name] = ws
         self._states.setdefault(ws.name, RepoState())
-        ws.before_destructive = self.before_destructive
         self._maybe_split(ws)
 
     def reconfigure(self, config: SnapshotConfig) -> None:

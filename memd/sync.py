@@ -9,7 +9,7 @@ One round, holding the workspace's repository lock (memd.snapshots; never its wr
    touches the work tree or leaves a merge in progress (memd.gitsync);
 4. publish the merged files through the workspace's writer (`Workspace.publish_merged`): each file is merged
    again, in the worker, against the file as every acknowledged write left it, so a write made while the merge
-   ran is kept; then HEAD moves to the merge (compare-and-swap) and the registry's listeners hear of the change
+   ran is kept; then HEAD moves to the merge (compare-and-swap) and the workspace's change sink hears of the change
    (search, token counts, the next snapshot). A kill before HEAD moves leaves merged files that the next snapshot
    commits and the next merge recognises (entries and learnings are compared by content, so none is doubled);
 5. push, never forced. A push refused because the remote moved meanwhile starts another round (3 at most).
@@ -198,8 +198,8 @@ class Syncer:
         written = await ws.publish_merged(decide) if versions else []
         await self._run(gitsync.move_head, repo, new, old)
         tiers = frozenset(p.split("/")[0] for p in written)
-        if tiers and ws.on_commit is not None:  # the registry's listeners: search, token counts, snapshots
-            ws.on_commit(ws, tiers)
+        if tiers:  # the workspace's change sink: search, token counts, snapshots, checkpoints
+            ws.sink.changed(ws, tiers, "sync")
 
     async def _note_other_session(self, ws: Workspace, repo: GitRepo, remote: str) -> None:
         """Log, once per other machine's session, that its hot state was set aside and where it is."""

@@ -81,6 +81,7 @@ class Context:
         self.verbose = verbose
         self.procs = Procs()
         self.parts: dict[str, set[str]] = {}  # scenario -> the parts asked for with --only scenario:part
+        self.long = False  # --long: the hour-long variants (soak), never in CI
         self.home = tmp / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self._serial = 0
@@ -658,3 +659,13 @@ class Writers:
             for k, v in data["counters"].items():
                 counters[k] = counters.get(k, 0) + v
         return values, counters
+
+    def timeline(self) -> list[tuple[float, float]]:
+        """(sent at, latency) of every answered request of every client, by send time (CLOCK_MONOTONIC)."""
+        points: list[tuple[float, float]] = []
+        for client in self.clients:
+            path = self.out / f"{client}.lat"
+            if path.exists():
+                data = json.loads(path.read_text())
+                points += zip(data.get("sent", []), data["latencies"], strict=False)
+        return sorted(points)

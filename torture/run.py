@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ci", action="store_true", help="CI sizes (under 3 minutes)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every size by this")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument(
+        "--long", action="store_true", help="the long variants: soak runs an hour (x --scale) with steadiness checks"
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     parts: dict[str, set[str]] = {}
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     os.chmod(tmp, 0o700)
     ctx = Context(args.seed, args.ci, args.scale, tmp, args.verbose)
     ctx.parts = parts
+    ctx.long = args.long and not args.ci
     mode = "ci" if args.ci else "full"
     print(f"memd torture: seed {args.seed}, {mode} sizes x{args.scale:g}, scenarios {', '.join(names)}", flush=True)
     reports: list[Report] = []

@@ -1,5 +1,12 @@
 """Scenario 8, soak: a fixed-rate mixed load (writes of every tier and reads) from 8 client processes over two
-workspaces, for 60 s (CI: 15 s), with the extractive checkpointer and snapshots running as they would.
+workspaces, for 60 s (CI: 15 s; `--long`: an hour, times `--scale` when below 1), with the extractive
+checkpointer and snapshots running as they would.
+
+With `--long` it also checks that memd keeps up for the whole run, not just on average (the day files grow all
+the while, so a read that costs the size of the day shows here): the rate answered in every minute is within 5%
+of the target (the first minute excepted: clients start), the p99 of the last tenth of the run is at most
+P99_DRIFT times that of the first tenth (plus 2 ms for the timer's resolution on a busy machine), and RSS is flat
+after warm-up: the least-squares slope of the samples over the last half, printed, under RSS_SLOPE_MB_PER_HOUR.
 
 Bounds: RSS (VmRSS) grows less than 20 MB and open file descriptors by fewer than 10 between the first sample
 (after a few seconds of load: the tokenizer, caches and first checkpoint are warm) and the end of the load; every
@@ -21,12 +28,58 @@ RATE = 200.0  # requests per second over all clients
 RSS_BOUND_MB = 20.0
 FD_BOUND = 10
 MIX = "w=3,h=2,c=1,d=1"  # writes; reads come on top with weight 3
+RATE_TOLERANCE = 0.05  # --long: each minute's answered rate within 5% of RATE
+P99_DRIFT = 1.5  # --long: p99 of the last tenth <= 1.5x the first tenth's (+ 2 ms)
+RSS_SLOPE_MB_PER_HOUR = 10.0  # --long: RSS slope over the last half of the run
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, value) points, in value per hour."""
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if not var:
+        return 0.0
+    return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+def steadiness(report: Report, timeline: list[tuple[float, float]], t0: float, duration: float) -> None:
+    """The --long checks: per-minute rate, p99 drift between the first and the last tenth."""
+    if not timeline:
+        report.fail("no request was answered")
+        return
+    minutes = int(duration // 60)
+    counts = [0] * max(1, minutes)
+    for sent, _ in timeline:
+        minute = int((sent - t0) // 60)
+        if 0 <= minute < len(counts):
+            counts[minute] += 1
+    rates = [c / 60 for c in counts]
+    slow = [(i, r) for i, r in enumerate(rates) if i > 0 and r < RATE * (1 - RATE_TOLERANCE)]
+    report.figure("rate/min", f"min {min(rates[1:] or rates):.0f}/s, max {max(rates):.0f}/s over {len(rates)} minutes")
+    report.check(
+        not slow,
+        f"{len(slow)} minute(s) answered under {RATE * (1 - RATE_TOLERANCE):.0f}/s (target {RATE:.0f}/s): "
+        + ", ".join(f"minute {i + 1}: {r:.0f}/s" for i, r in slow[:10]),
+    )
+    tenth = duration / 10
+    first = [lat for sent, lat in timeline if sent - t0 < tenth]
+    last = [lat for sent, lat in timeline if sent - t0 >= duration - tenth]
+    p_first, p_last = percentiles(first, (99,))["p99"], percentiles(last, (99,))["p99"]
+    report.figure("p99 drift", f"first tenth {ms(p_first)}, last tenth {ms(p_last)} (bound {P99_DRIFT}x + 2 ms)")
+    report.check(
+        p_last <= P99_DRIFT * p_first + 0.002,
+        f"p99 grew from {ms(p_first)} in the first tenth of the run to {ms(p_last)} in the last",
+    )
 
 
 def run(ctx: Context) -> Report:
     report = Report("soak")
-    duration = ctx.seconds(60, 15)
-    warmup = min(5.0, duration / 4)
+    duration = ctx.seconds(3600, 15) if ctx.long else ctx.seconds(60, 15)
+    warmup = min(60.0 if ctx.long else 5.0, duration / 4)
     root = ctx.dir("sk")
     names = ["s0", "s1"]
     config = base_config(
@@ -68,11 +121,13 @@ def run(ctx: Context) -> Report:
     finally:
         d.close()
     latencies: list[float] = []
+    timeline: list[tuple[float, float]] = []
     counters: dict[str, int] = {}
     acked = lost = compressed = 0
     for name, g in zip(names, groups, strict=True):
         lat, c = g.latencies()
         latencies += lat
+        timeline += g.timeline()
         for k, v in c.items():
             counters[k] = counters.get(k, 0) + v
         ledger = verify.Ledger().load(g.out)
@@ -114,6 +169,15 @@ def run(ctx: Context) -> Report:
         f"end {rss_end / 1024:.1f} MB ({growth_mb:+.1f} MB; bound < {RSS_BOUND_MB:.0f} MB)",
     )
     report.figure("fds", f"idle {fds_idle}, start {fds_start}, end {fds_end} ({fd_growth:+d}; bound < {FD_BOUND})")
+    if ctx.long:
+        steadiness(report, sorted(timeline), t0, duration)
+        half = [(t, r / 1024) for t, r, _ in samples if t >= duration / 2]
+        slope = slope_per_hour(half)
+        report.figure("RSS slope", f"{slope:+.1f} MB/hour over the last half (bound {RSS_SLOPE_MB_PER_HOUR:.0f})")
+        report.check(
+            slope < RSS_SLOPE_MB_PER_HOUR,
+            f"RSS still climbing over the last half of the soak: {slope:+.1f} MB/hour (bound {RSS_SLOPE_MB_PER_HOUR})",
+        )
     if samples:
         step = max(1, len(samples) // 6)
         trend = ", ".join(f"{t:.0f}s {r / 1024:.0f}MB/{f}" for t, r, f in samples[::step])

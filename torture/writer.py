@@ -10,7 +10,8 @@ which a checkpoint record names when it compresses the entry); an error response
 "label<TAB>code<TAB>message". Each line is one os.write on an O_APPEND file, so a reader sees whole lines.
 Up to --window requests are pipelined (responses come in request order; a mismatch is recorded in .err as ORDER).
 The process ends when the daemon closes the connection (kill -9), after --duration seconds, or on a timeout, and
-then writes DIR/K.lat: JSON with the latency of every answered request (seconds) and counters.
+then writes DIR/K.lat: JSON with the latency of every answered request (seconds), when each was sent
+(CLOCK_MONOTONIC seconds, comparable between processes on one machine) and counters.
 Stdlib only, so that it starts in a few milliseconds.
 """
 
@@ -71,6 +72,7 @@ def main() -> int:
     ack_fd = os.open(os.path.join(args.out, f"{client}.ack"), flags, 0o644)
     err_fd = os.open(os.path.join(args.out, f"{client}.err"), flags, 0o644)
     latencies: list[float] = []
+    sent: list[float] = []  # when each answered request was sent, in the order of `latencies`
     counters = collections.Counter()
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -82,7 +84,7 @@ def main() -> int:
         except (FileNotFoundError, ConnectionRefusedError):
             if time.monotonic() > deadline:
                 counters["connect_failed"] += 1
-                return finish(args, client, latencies, counters)
+                return finish(args, client, latencies, sent, counters)
             time.sleep(0.01)
     sock.settimeout(args.timeout)
     buffer = b""
@@ -143,6 +145,7 @@ def main() -> int:
             raw, _, buffer = buffer.partition(b"\n")
             rid, label, kind, sent_at = inflight.popleft()
             latencies.append(time.monotonic() - sent_at)
+            sent.append(sent_at)
             response = json.loads(raw)
             if response.get("id") != rid:
                 os.write(err_fd, f"{label}\tORDER\tresponse id {response.get('id')!r} for request {rid}\n".encode())
@@ -163,12 +166,18 @@ def main() -> int:
     finally:
         counters["unanswered"] += len(inflight)
         sock.close()
-    return finish(args, client, latencies, counters)
+    return finish(args, client, latencies, sent, counters)
 
 
-def finish(args: argparse.Namespace, client: str, latencies: list[float], counters: collections.Counter[str]) -> int:
+def finish(
+    args: argparse.Namespace,
+    client: str,
+    latencies: list[float],
+    sent: list[float],
+    counters: collections.Counter[str],
+) -> int:
     with open(os.path.join(args.out, f"{client}.lat"), "w", encoding="utf-8") as f:
-        json.dump({"latencies": latencies, "counters": dict(counters)}, f)
+        json.dump({"latencies": latencies, "sent": sent, "counters": dict(counters)}, f)
     return 0
 
 

@@ -28,6 +28,10 @@ class ColdStore:
         self._learnings: list[Learning] | None = None
         self.raw: bytes | None = None  # the bytes `text` came from (or was written as): what a publish expects there
 
+    def reconfigure(self, max_bytes: int) -> None:
+        """A reloaded [limits] cold_max_bytes: files read from now on are held to it."""
+        self.max_bytes = max_bytes
+
     def load(self) -> None:
         self.fingerprint = fsio.fingerprint(self.path)
         try:

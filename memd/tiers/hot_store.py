@@ -49,6 +49,10 @@ class HotStore:
         edit), or an article key in memd.json? The snapshotter then commits the state and moves them home."""
         return self.error is None and hot_format.needs_split(self.origin)
 
+    def reconfigure(self, max_bytes: int) -> None:
+        """A reloaded [limits] hot_max_bytes: files read from now on are held to it."""
+        self.max_bytes = max_bytes
+
     def load(self) -> None:
         """(Re)read both files. A corrupt one keeps the last good document and records the error."""
         self.fingerprint = fsio.fingerprint(self.path)

@@ -27,6 +27,10 @@ class ProposalsStore:
         self.error: CorruptFile | None = None
         self._proposals: list[Proposal] | None = None
 
+    def reconfigure(self, max_bytes: int) -> None:
+        """A reloaded [limits] cold_max_bytes: the file is held to it from its next read."""
+        self.max_bytes = max_bytes
+
     def load(self) -> None:
         self.fingerprint = fsio.fingerprint(self.path)
         try:

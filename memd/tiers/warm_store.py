@@ -128,6 +128,10 @@ class WarmStore:
         # tools, such as agents written after the article, write as text is).
         self.zoneless_as_written = False
 
+    def reconfigure(self, max_bytes: int) -> None:
+        """A reloaded [limits] warm_day_max_bytes: files read from now on are held to it."""
+        self.max_bytes = max_bytes
+
     def scan(self, skip: date | None = None) -> bool:
         """Sync the day list with the directory (stat only; unchanged files are not read). True if anything changed.
         `skip`: a day whose file memd is appending to right now, left as it is known."""

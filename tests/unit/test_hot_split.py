@@ -17,7 +17,7 @@ from clocks import START, FixedClock
 from edits import note
 from hot_files import context_file, own_file, read_hot
 
-from memd import fsio, workspace
+from memd import fsio
 from memd.batch import Draft
 from memd.checkpoint import Checkpointer
 from memd.checkpoint_plan import entry_key
@@ -83,13 +83,13 @@ def decide(action: str) -> Callable[[Draft], Any]:
 
 def recorded_writes(monkeypatch: pytest.MonkeyPatch) -> list[list[Path]]:
     batches: list[list[Path]] = []
-    real_apply = workspace.apply_writes
+    real_apply = fsio.write_batch
 
     def recording(root: fsio.PinnedDir, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
         batches.append([w.path for w in writes])
         return real_apply(root, writes)
 
-    monkeypatch.setattr("memd.workspace.apply_writes", recording)
+    monkeypatch.setattr("memd.fsio.write_batch", recording)
     return batches
 
 

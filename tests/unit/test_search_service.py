@@ -20,6 +20,7 @@ import pytest
 from clocks import START, FixedClock
 
 from memd.batch import Draft
+from memd.changes import Fanout
 from memd.config import SearchConfig, WorkspaceConfig
 from memd.errors import AccessDenied, InvalidParams, Unavailable
 from memd.handlers import dispatch
@@ -61,7 +62,7 @@ def make_workspace(tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
 def serve(tmp_path: Path, config: SearchConfig, *spaces: Workspace) -> Services:
     search = SearchService(config, tmp_path / "state" / "search.sqlite3")
     for ws in spaces:
-        ws.on_commit = lambda w, tiers: search.on_change(w, tiers, "write")  # what the registry does
+        ws.sink = Fanout(None, (search.on_change,))  # the daemon gives this sink when it makes the workspace
     return Services({ws.name: ws for ws in spaces}, search)
 
 

@@ -18,7 +18,7 @@ from clocks import START, FixedClock
 from edits import note
 from hot_files import own_file, read_hot
 
-from memd import fsio, workspace
+from memd import fsio
 from memd.batch import Draft
 from memd.config import BudgetConfig, WarmConfig, WorkspaceConfig
 from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
@@ -153,13 +153,13 @@ def test_writes_that_arrive_while_a_batch_is_made_durable_form_the_next_batch(
 
 def test_a_batch_writes_each_file_once(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     batches: list[list[fsio.FileWrite]] = []
-    real_apply = workspace.apply_writes
+    real_apply = fsio.write_batch
 
     def recording_apply(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
         batches.append(list(writes))
         return real_apply(root, writes)
 
-    monkeypatch.setattr("memd.workspace.apply_writes", recording_apply)
+    monkeypatch.setattr("memd.fsio.write_batch", recording_apply)
 
     run(*(note(f"n{i}") for i in range(20)), *(learn("Testing", f"l{i}") for i in range(5)), log("x"), ws=ws)
 

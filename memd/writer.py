@@ -1,0 +1,282 @@
+"""The single writer of one workspace: every change to its files goes through `Writer.write`.
+
+Read top to bottom, a write goes: `write` queues the request -> `_begin` takes the workspace's exclusive lock and
+the whole queue as one batch (group commit: writes that arrive while a batch is on the disk form the next one)
+-> the planner turns the batch into file writes (`TierPlanner.plan`) -> a worker thread makes them durable
+(`fsio.write_batch`: staged, fsynced, published over the exact bytes they were planned from) -> `_written`, on
+the loop: the planner publishes the new tier state, the requests are acknowledged, the change sink is told
+which tiers changed -> the next batch at once, or the lock is let go.
+
+If the disk write fails, every request of the batch gets a StorageError and the tiers keep their last good state
+(contract 1: an acknowledged write is on disk, a failed one is not acknowledged). If a person saved a file the
+batch replaces while it was being published, nothing of the batch was written: the planner re-reads their
+version and the same requests are planned again on it (contract 2), at most MAX_REPLANS times.
+
+The writer is a chain of loop callbacks, not a Task: a single client's write costs one thread hand-off each way
+and one loop turn of its own. Its collaborators come in through the constructor: the planner, the I/O executor,
+the exclusive lock it shares with sweeps and adoptions, the identity guard of the workspace directory, and the
+change sink. Imports memd.planner, memd.batch, memd.fsio and memd.errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memd import fsio
+from memd.batch import Batch, Edit
+from memd.errors import Busy, ShuttingDown, StorageError
+from memd.exclusive import ExclusiveLock
+from memd.planner import Clock, Request, TierPlanner
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_REPLANS = 16  # a file that changes under every attempt this often is being rewritten in a loop: give up
+
+
+@dataclass
+class Health:
+    """What status shows about a workspace's storage."""
+
+    last_write_error: str = ""
+    last_write_error_at: str = ""
+    write_fault: bool = False  # the last batch that wrote failed; cleared by the next one that succeeds
+    writes: int = 0
+    batches: int = 0
+    replans: int = 0  # batches planned again because a person saved a file while they were being published
+    identity_error: str = ""  # the workspace directory is not the one memd opened
+
+
+def fail_futures(futures: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(exc)
+
+
+def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """From a worker thread: run fn(*args) on the loop. A closed loop means the daemon is gone; nothing waits."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        log.warning("a batch finished after the event loop closed; its requests were never acknowledged")
+
+
+class Writer:
+    def __init__(
+        self,
+        name: str,
+        root: Path,
+        planner: TierPlanner,
+        io: Executor,
+        lock: ExclusiveLock,
+        guard: Callable[[], fsio.PinnedDir],
+        committed: Callable[[frozenset[str]], None],
+        health: Health,
+        clock: Clock,
+        max_pending: int = 10_000,
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
+        """`guard` returns the workspace directory as memd opened it, or raises StorageError (swapped, removed);
+        `committed` is told the tiers each acknowledged batch changed; `on_batch` (metrics) each durable batch's
+        size and the seconds its writes and fsyncs took."""
+        self.name = name
+        self.root = root
+        self._planner = planner
+        self._io = io
+        self._lock = lock
+        self._guard = guard
+        self._committed = committed
+        self.health = health
+        self._clock = clock
+        self.max_pending = max_pending
+        self._on_batch = on_batch
+        self._write_started = 0.0  # when the batch in flight went to a worker
+        self._queue: list[Request] = []
+        self._batching = False  # a batch is waiting for the lock, being planned or being written
+        self._idle_waiters: list[asyncio.Future[None]] = []
+        self.in_flight: Batch | None = None  # the batch whose files a worker is writing right now
+        self._closing = False
+
+    def reconfigure(self, max_pending: int) -> None:
+        self.max_pending = max_pending
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    # --- request ---------------------------------------------------------------------------------------------
+
+    async def write(self, edit: Edit[T]) -> T:
+        """Apply `edit` in the next batch; returns its result once the batch is durable on disk."""
+        if self._closing:
+            raise ShuttingDown("memd is shutting down; retry against the restarted daemon")
+        if len(self._queue) >= self.max_pending:
+            raise Busy(f"workspace {self.name!r} has {len(self._queue)} writes queued; retry shortly")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append((edit, future))
+        if not self._batching:  # formed on the next loop turn: writes arriving together share one fsync
+            self._batching = True
+            asyncio.get_running_loop().call_soon(self._lock.acquire_then, self._begin)
+        return await future
+
+    # --- batch: plan, hand the I/O to a worker ---------------------------------------------------------------
+
+    def _begin(self) -> None:
+        batch, self._queue = self._queue, []
+        self._plan_and_write(batch, 0)
+
+    def _plan_and_write(self, requests: list[Request], replans: int) -> None:
+        """Plan `requests` and hand their writes to a worker; ends the batch here unless a worker now has it."""
+        try:
+            pinned = self._guard()  # before the edits read anything through the workspace path
+        except StorageError as exc:
+            self.health.write_fault = True
+            self.health.last_write_error = exc.message
+            fail_futures((f for _, f in requests), exc)
+            self._end()
+            return
+        try:
+            plan = self._planner.plan(requests, replans)
+        except BaseException as exc:  # a bug: fail the batch loudly rather than hang its clients (and the writer)
+            log.exception("workspace %s: batch failed unexpectedly", self.name)
+            fail_futures((f for _, f in requests), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
+            self._end()
+            if not isinstance(exc, Exception | asyncio.CancelledError):
+                raise
+            return
+        if plan.refused is not None:
+            self._fail(plan, plan.refused)
+            self._end()
+        elif not plan.writes:
+            self._acknowledge(plan, frozenset())
+            self._end()
+        else:
+            self.in_flight = plan
+            self._write_started = time.perf_counter()
+            loop = asyncio.get_running_loop()
+            try:
+                done = self._io.submit(fsio.write_batch, pinned, plan.writes)
+            except RuntimeError as exc:  # the executor is shut down: the daemon is stopping
+                self.in_flight = None
+                stopping = ShuttingDown(f"memd is shutting down ({exc}); nothing was written")
+                fail_futures((f for _, f in requests), stopping)
+                self._end()
+                return
+            done.add_done_callback(lambda d: call_in_loop(loop, self._written, plan, d))
+            self._planner.count_ahead(plan)
+
+    # --- durable: publish, acknowledge (or plan again, or fail) ----------------------------------------------
+
+    def _written(self, plan: Batch, done: Future[list[fsio.Fingerprint]]) -> None:
+        self.in_flight = None
+        replanned = False
+        try:
+            try:
+                fps = done.result()
+            except fsio.OutsideChange as exc:
+                replanned = self._replan(plan, exc)
+                return
+            except OSError as exc:
+                self._fail(plan, exc)
+                return
+            changed = self._planner.publish(plan, fps)
+            if self._on_batch is not None:
+                self._on_batch(len(plan.accepted), time.perf_counter() - self._write_started)
+            if self.health.write_fault:
+                self.health.write_fault = False
+                log.info("workspace %s: writes succeed again", self.name)
+            self._acknowledge(plan, changed)
+        except (Exception, asyncio.CancelledError) as exc:  # a bug, or a cancelled worker: never hang the clients
+            log.exception("workspace %s: batch failed unexpectedly", self.name)
+            failure = exc if isinstance(exc, Exception) else ShuttingDown("memd is shutting down; nothing was written")
+            fail_futures((f for f, _ in plan.accepted), failure)
+        finally:
+            if not replanned:  # else the new attempt is in a worker's hands, or has ended the batch itself
+                self._end()
+
+    def _acknowledge(self, plan: Batch, changed: frozenset[str]) -> None:
+        self.health.batches += 1
+        self.health.writes += len(plan.accepted)
+        for future, result in plan.accepted:
+            if not future.done():
+                future.set_result(result)
+        if changed:
+            try:
+                self._committed(changed)
+            except Exception:  # the batch is durable and acknowledged; a listener's bug must not undo that
+                log.exception("workspace %s: the change sink failed", self.name)
+
+    def _replan(self, plan: Batch, exc: fsio.OutsideChange) -> bool:
+        """A person saved a file this batch replaces between planning and publishing; nothing of the batch was
+        written. Read their version and plan the same requests again on top of it. False: gave up (the batch
+        fails with a StorageError: a file rewritten that often by someone else needs a look)."""
+        self.health.replans += 1
+        if plan.replans >= MAX_REPLANS:
+            message = (
+                f"{exc.path} changed outside memd (or was held open for writing) during each of {MAX_REPLANS + 1} "
+                f"attempts to publish a batch of workspace {self.name!r}; nothing was written or acknowledged: stop "
+                "the tool rewriting or holding it, then retry"
+            )
+            log.error("%s", message)
+            fail_futures((f for f, _ in plan.accepted), StorageError(message, data={"path": str(exc.path)}))
+            return False
+        if exc.busy:  # a writer holds the old file open: give its write a moment to land, then read it
+            delay = min(0.001 * 2**plan.replans, 0.1)
+            log.info(
+                "workspace %s: %s is held open for writing; planning again in %.0f ms", self.name, exc.path, delay * 1e3
+            )
+            asyncio.get_running_loop().call_later(delay, self._replan_now, plan, exc.path)
+        else:
+            log.info(
+                "workspace %s: %s was saved outside memd while publishing; planning again on it", self.name, exc.path
+            )
+            self._replan_now(plan, exc.path)
+        return True
+
+    def _replan_now(self, plan: Batch, path: Path) -> None:
+        try:
+            self._planner.reread(path)
+        except Exception as exc:  # hot/ replaced by a file, no permission: fail the batch, never hang the writer
+            log.exception("workspace %s: re-reading %s for a re-plan failed", self.name, path)
+            fail_futures((f for f, _ in plan.accepted), StorageError(f"could not re-read {path}: {exc}"))
+            self._end()
+            return
+        self._plan_and_write(plan.requests, plan.replans + 1)
+
+    def _fail(self, plan: Batch, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        where = exc.filename or self.root
+        message = f"could not write workspace {self.name!r} durably: {reason} ({where}); nothing was acknowledged"
+        self.health.last_write_error = message
+        self.health.write_fault = True
+        self.health.last_write_error_at = self._clock.now().isoformat(timespec="seconds")
+        log.error("%s", message)
+        self._planner.forget()
+        fail_futures((f for f, _ in plan.accepted), StorageError(message, data={"errno": exc.errno}))
+
+    # --- between batches -------------------------------------------------------------------------------------
+
+    def _end(self) -> None:
+        self._lock.release()
+        if self._queue:
+            self._lock.acquire_then(self._begin)
+            return
+        self._batching = False
+        idle, self._idle_waiters = self._idle_waiters, []
+        for waiter in idle:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def close(self) -> None:
+        """Stop taking writes and wait until every queued one is durable or failed."""
+        self._closing = True
+        while self._batching:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(waiter)
+            await asyncio.shield(waiter)
