@@ -3,8 +3,9 @@ workspace when it is made (never wired onto it afterwards).
 
 - `registered(ws)`: the workspace is served from now on (the snapshotter starts tracking its history);
 - `changed(ws, tiers, origin)`: tiers changed, by memd's writer (`"write"`, told after the batch is
-  acknowledged), an adopted outside edit (`"external"`) or a sync's merged files (`"sync"`): snapshots, checkpoints and the search index follow (a
-  restore from git commits itself; the search index catches up on the tiers' versions before each query);
+  acknowledged), an adopted outside edit (`"external"`) or a sync's merged files (`"sync"`): snapshots,
+  checkpoints and the search index follow (a restore from git commits itself; the search index catches up on the
+  tiers' versions before each query);
 - `before_destructive(ws, why)`: a retention sweep is about to delete or archive day files: commit them first and
   say what git holds (None: snapshots are off or leave warm out, nothing to check against).
 
