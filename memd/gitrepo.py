@@ -546,19 +546,36 @@ class GitRepo:
         cmd = [self.git, "-c", "core.hooksPath=/dev/null", "push", "--porcelain", remote, f"HEAD:refs/heads/{branch}"]
         try:
             out = subprocess.run(
-                cmd, cwd=self.work_tree, env=self._env(), capture_output=True, timeout=timeout, check=False
-            )
+                cmd,
+                cwd=self.work_tree,
+                env={**self._env(), **_C_LOCALE},
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )  # the C locale: its refusals are read below
         except subprocess.TimeoutExpired:
             raise GitError(f"git push to {remote} timed out after {timeout:.0f}s") from None
         text = (out.stdout + out.stderr).decode(errors="replace")
         if out.returncode == 0:
             return "ok"
-        if "non-fast-forward" in text or "fetch first" in text or "[rejected]" in text:
+        if any(why in text for why in _MOVED_MEANWHILE):
             return "diverged"
         raise GitError(f"git push to {remote} failed: {text.strip()[-500:]}")
 
     def fsck(self) -> str:
         return self.run("fsck", "--no-progress", check=False).decode(errors="replace")
+
+
+# What git push says when the remote branch is not where this push expected it: behind us (a non-fast-forward),
+# or moved by another push at the same moment (the receiving side's ref lock or compare-and-swap lost the race).
+_MOVED_MEANWHILE = (
+    "non-fast-forward",
+    "fetch first",
+    "[rejected]",
+    "cannot lock ref",
+    "failed to update ref",
+    "incorrect old value provided",
+)
 
 
 # `git add` messages, in the C locale: a file deleted between git's directory scan and its lstat/open/readlink.

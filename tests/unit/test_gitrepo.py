@@ -675,6 +675,22 @@ def test_push_fast_forwards_and_reports_divergence_without_forcing(repo: GitRepo
     assert person_git(bare, "rev-parse", "main").strip() == foreign
 
 
+def test_a_push_that_meets_another_push_updating_the_branch_is_divergence_not_an_error(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bare = tmp_path / "remote.git"
+    person_git(tmp_path, "init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    snapshot(repo)
+    assert repo.push(str(bare), "main", 30) == "ok"
+    write(repo.work_tree / "hot" / "context.json", '{"task": "x"}\n')
+    snapshot(repo)
+    (bare / "refs" / "heads" / "main.lock").write_bytes(b"")  # another machine's push holds the branch right now
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")  # git's refusals are read in the C locale whatever the user's
+
+    assert repo.push(str(bare), "main", 30) == "diverged"  # the sync fetches, merges and pushes again
+
+
 def test_push_to_a_missing_remote_is_an_error(repo: GitRepo, tmp_path: Path) -> None:
     write(repo.work_tree / "hot" / "context.json", "{}\n")
     snapshot(repo)
