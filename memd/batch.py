@@ -1,8 +1,8 @@
-"""What one batch of writes is made of, and the part a worker thread runs.
+"""What one batch of writes is made of.
 
 The `Draft` is what edits see and change; a `Batch` is a draft turned into file writes, between planning and
-acknowledgement; `apply_writes` runs in a worker thread. The planner (memd.planner) makes batches, the writer
-(memd.writer) sequences them. Imports the tiers and memd.fsio.
+acknowledgement. The planner (memd.planner) makes batches, the writer (memd.writer) sequences them, and
+`fsio.write_batch` makes their writes durable in a worker thread. Imports the tiers and memd.fsio.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ class Checkpointer:
         self.deadline_seconds = deadline_seconds
 
     def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
-        """Registry listener: after any hot change, schedule a checkpoint if hot is over the threshold."""
+        """Change listener: after any hot change, schedule a checkpoint if hot is over the threshold."""
         if "hot" in tiers:
             self.maybe_schedule(ws)
 

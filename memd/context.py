@@ -168,7 +168,10 @@ def warm_section(
     return section
 
 
-def recent_warm(ws: Workspace, days: int) -> list[tuple[date, list[WarmEntry]]]:
+Recent = list[tuple[date, list[WarmEntry]]]  # the recent days' entries, newest day first
+
+
+def recent_warm(ws: Workspace, days: int) -> Recent:
     return [(d, ws.warm.entries_for(d)) for d in ws.warm.recent_days(ws.today(), days)]
 
 
@@ -200,27 +203,32 @@ async def recent_page(
     return page, None
 
 
-async def load_recent(ws: Workspace, days: int) -> None:
-    """Bring the recent days' parsed entries up to date, a big parse in a worker thread (WarmStore.load). Call it
-    right before what reads them (`build_context`, `recent_warm`), with no await in between."""
-    for day in ws.warm.recent_days(ws.today(), days):
-        await ws.warm.load(day)
+async def load_recent(ws: Workspace, days: int) -> Recent:
+    """The recent days' entries, brought up to date, a big parse in a worker thread (WarmStore.load). Hand what it
+    returns to `build_context` with no await in between: the lists stay whole even when the store lets go of a
+    day's parse to stay within its bound (recent days bigger than that together), so nothing is parsed again on
+    the loop."""
+    return [(day, await ws.warm.load(day)) for day in ws.warm.recent_days(ws.today(), days)]
 
 
 UNBOUNDED = 1 << 40  # `all`: no budget cuts anything
 
 
 def build_context(
-    ws: Workspace, topic: str | None, everything: bool = False, ranked: list[Learning] | None = None
+    ws: Workspace,
+    topic: str | None,
+    everything: bool = False,
+    ranked: list[Learning] | None = None,
+    recent: Recent | None = None,
 ) -> dict[str, Any]:
     """The assembled context text and its usage breakdown `{tier: {tokens, budget, percent}}`. What a budget left
     out is said in the text itself (an agent reading only the text must know it is not all), within that budget.
     `ranked`: the learnings for `topic`, best first, as the search index ranked them; None: matched here by
-    substring (cold_format.relevant), as without an index."""
+    substring (cold_format.relevant), as without an index. `recent`: what `load_recent` returned (None: read here)."""
     budget = ws.config.budget
     counter = ws.counter
     hot, warm, cold = (UNBOUNDED,) * 3 if everything else (budget.hot, budget.warm, budget.cold)
-    days = recent_warm(ws, ws.config.warm.recent_days)
+    days = recent if recent is not None else recent_warm(ws, ws.config.warm.recent_days)
     learnings = ranked if ranked is not None else cold_format.relevant(ws.cold.learnings, topic)
     renderers = {
         "hot": lambda b: render_hot(ws.hot.doc, counter, b),

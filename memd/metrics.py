@@ -105,7 +105,7 @@ class Metrics:
 def write_textfile(path: Path, data: bytes) -> None:
     """Replace node_exporter's textfile (atomically: the collector never reads half a file). Runs in a worker."""
     fsio.ensure_dir(path.parent)
-    fsio.atomic_replace(path, data, 0o644)
+    fsio.atomic_replace(path, data, 0o640)  # it names every workspace: readable by the owner's group (node_exporter)
 
 
 class StatusCollector:

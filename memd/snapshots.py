@@ -100,7 +100,7 @@ class Snapshotter:
                 self._debounce.cancel(name)
 
     def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
-        """Registry listener: schedule a debounced snapshot when a snapshotted tier changed."""
+        """Change listener (the daemon's Fanout): schedule a debounced snapshot when a snapshotted tier changed."""
         if "hot" in tiers:
             self._maybe_split(ws)
         relevant = tiers & set(self.config.paths)

@@ -299,7 +299,7 @@ class Workspace:
         self.check_identity()
         plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
         report_only = not dry_run and self._retention_held(confirm)
-        promotion = await self._promotion(plan)
+        promotion = await self._promotion(plan, chooser=None if report_only else self.promoter())
         if promotion.candidates is not None and not dry_run and not report_only:
             # Promote before expire: the proposals are durable (an acknowledged batch) before any day goes.
             failure = await self._write_proposals(promotion)
@@ -357,20 +357,21 @@ class Workspace:
             self.last_sweep = result
         return result
 
-    async def _promotion(self, plan: retention.SweepPlan) -> Promotion:
+    async def _promotion(self, plan: retention.SweepPlan, chooser: promote.Chooser | None) -> Promotion:
         """The candidate learnings of the days `plan` would remove, and (against MEMORY.md and PROPOSED.md as they
         are now) what would be proposed: what a dry run reports, and what a real run writes unless the files
-        change in between (the selection is made again in the write's batch)."""
+        change in between (the selection is made again in the write's batch). `chooser`: the [promote] backend;
+        None: the extractive rules (a sweep that only reports, held for an adopted workspace, spends no LLM
+        tokens on days it will not remove)."""
         limit = self.config.warm.promote_max_per_day
         days = [d for name in plan.expired if (d := warm_format.parse_day_filename(name)) is not None]
         if limit <= 0:  # promotion is off: every expired day may go
             return Promotion(frozenset(plan.expired), None, None, "off")
         candidates: list[proposals_format.Proposal] = []
         backend, fallback = "extractive", ""
-        chooser = self.promoter()
         for day in days:
             self.warm.refresh_day(day)
-            entries = self.warm.entries_for(day)
+            entries = await self.warm.load(day)  # a big day is parsed in a worker thread
             if not entries:
                 continue
             found: list[proposals_format.Proposal] | None = None

@@ -186,12 +186,11 @@ class Writer:
                 self._fail(plan, exc)
                 return
             changed = self._planner.publish(plan, fps)
-            if self._on_batch is not None:
-                self._on_batch(len(plan.accepted), time.perf_counter() - self._write_started)
             if self.health.write_fault:
                 self.health.write_fault = False
                 log.info("workspace %s: writes succeed again", self.name)
             self._acknowledge(plan, changed)
+            self._measured(len(plan.accepted), time.perf_counter() - self._write_started)
         except (Exception, asyncio.CancelledError) as exc:  # a bug, or a cancelled worker: never hang the clients
             log.exception("workspace %s: batch failed unexpectedly", self.name)
             failure = exc if isinstance(exc, Exception) else ShuttingDown("memd is shutting down; nothing was written")
@@ -211,6 +210,15 @@ class Writer:
                 self._committed(changed)
             except Exception:  # the batch is durable and acknowledged; a listener's bug must not undo that
                 log.exception("workspace %s: the change sink failed", self.name)
+
+    def _measured(self, requests: int, seconds: float) -> None:
+        """Tell metrics about a batch already acknowledged: a failure there is logged, never the batch's."""
+        if self._on_batch is None:
+            return
+        try:
+            self._on_batch(requests, seconds)
+        except Exception:
+            log.exception("workspace %s: recording the batch's metrics failed", self.name)
 
     def _replan(self, plan: Batch, exc: fsio.OutsideChange) -> bool:
         """A person saved a file this batch replaces between planning and publishing; nothing of the batch was

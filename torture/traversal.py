@@ -313,7 +313,7 @@ def restore_through_symlink(t: Tally, outside: Path) -> bool:
         restored,
         f"snapshot.restore of warm/ at {rev[:12]} (no warm files then) with warm/ a symlink to another directory "
         f"deleted the files there: {left} left (answer {code}: {str(answer)[:100]}); memd/batch.py "
-        "replace_tree walks base.rglob() through the symlinked tier directory and unlinks what it finds",
+        "restore_tree walks base.rglob() through the symlinked tier directory and unlinks what it finds",
     )
     if not restored:
         _replant_warmdir(outside)

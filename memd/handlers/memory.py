@@ -13,7 +13,7 @@ from datetime import date
 from typing import Any
 
 from memd.batch import Draft
-from memd.context import Position, build_context, load_recent, recent_page, recent_warm, render_cold
+from memd.context import Position, Recent, build_context, load_recent, recent_page, render_cold
 from memd.errors import InvalidParams
 from memd.handlers.access import Call, result_with_usage
 from memd.handlers.proposals import context_section
@@ -55,9 +55,9 @@ async def session_start(call: Call, p: Params) -> Any:
 
     before, resumed, sid = await ws.write(edit)
     call.services.snapshots.request(ws, "session start")
-    await load_recent(ws, ws.config.warm.recent_days)  # a big day is parsed off the loop, then read below
+    recent = await load_recent(ws, ws.config.warm.recent_days)  # a big day is parsed off the loop
     doc = ws.hot.doc
-    packet = _resume_packet(ws, doc, topic or str(doc.get("task") or ""))
+    packet = _resume_packet(ws, doc, topic or str(doc.get("task") or ""), recent)
     packet.update(session_id=sid, resumed=resumed)
     if not resumed and before.get("task"):
         packet["previous"] = {
@@ -70,9 +70,9 @@ async def session_start(call: Call, p: Params) -> Any:
     return result_with_usage(ws, packet)
 
 
-def _resume_packet(ws: Workspace, doc: hot_format.HotDoc, topic: str) -> dict[str, Any]:
+def _resume_packet(ws: Workspace, doc: hot_format.HotDoc, topic: str, recent: Recent) -> dict[str, Any]:
     activity: list[dict[str, Any]] = []
-    for day, entries in recent_warm(ws, ws.config.warm.recent_days):
+    for day, entries in recent:
         for entry in reversed(entries):
             if len(activity) >= RECENT_ACTIVITY:
                 break
@@ -89,7 +89,7 @@ def _resume_packet(ws: Workspace, doc: hot_format.HotDoc, topic: str) -> dict[st
             {"category": lr.category, "date": lr.date, "text": lr.text} for lr in relevant.learnings
         ],
         "recent_activity": activity,
-        "context": build_context(ws, topic or None),
+        "context": build_context(ws, topic or None, recent=recent),
     }
 
 
@@ -273,8 +273,8 @@ async def cold_get(call: Call, p: Params) -> Any:
 async def context_get(call: Call, p: Params) -> Any:
     topic = p.optional_text("topic")
     ranked = await ranked_learnings(call, call.ws, topic)
-    await load_recent(call.ws, call.ws.config.warm.recent_days)  # no await between this and build_context
-    result = build_context(call.ws, topic, everything=p.flag("all"), ranked=ranked)
+    recent = await load_recent(call.ws, call.ws.config.warm.recent_days)  # no await between this and build_context
+    result = build_context(call.ws, topic, everything=p.flag("all"), ranked=ranked, recent=recent)
     if p.flag("proposals"):  # cold/PROPOSED.md only when asked for, outside every budget
         section = context_section(call.ws.proposals.proposals)
         if section:

@@ -15,6 +15,7 @@ from memd.batch import Draft
 from memd.errors import InvalidParams
 from memd.handlers.access import Call, result_with_usage
 from memd.params import Params
+from memd.textfmt import escape_inline
 from memd.tiers import cold_format, proposals_format
 from memd.tiers.proposals_format import Proposal
 from memd.workspace import proposal_json
@@ -60,7 +61,14 @@ async def proposals_accept(call: Call, p: Params) -> Any:
                     break
         draft.cold = memory
         category = proposal.category.strip() or "Learnings"
-        draft.learn(category, proposal.text, proposal.date)
+        if not _valid_day(proposal.date):
+            raise InvalidParams(
+                f"proposal {pid!r} is dated {proposal.date!r}, not a calendar date YYYY-MM-DD: correct its line "
+                "in cold/PROPOSED.md, then accept it again"
+            )
+        present = (category, proposal.date, proposal.text)
+        if not any((lr.category, lr.date, lr.text) == present for lr in cold_format.parse_memory(memory)):
+            draft.learn(category, proposal.text, proposal.date)  # already there: an accept cut short by a crash
         draft.proposals = rest
         return proposal, replaced
 
@@ -82,8 +90,17 @@ async def proposals_reject(call: Call, p: Params) -> Any:
 
 
 def context_section(proposals: list[Proposal]) -> str:
-    """The proposals as `context.get` shows them when asked (outside every budget), each line escaped."""
+    """The proposals as `context.get` shows them when asked (outside every budget), each line escaped (a date a
+    person mistyped is shown as it is, never an error)."""
     if not proposals:
         return ""
-    lines = [cold_format.render_learning(x.date, f"({x.id}) [{x.category}] {x.text}") for x in proposals]
+    lines = [f"- [{escape_inline(x.date)}] {escape_inline(f'({x.id}) [{x.category}] {x.text}')}\n" for x in proposals]
     return CONTEXT_HEADING + "".join(lines)
+
+
+def _valid_day(day: str) -> bool:
+    try:
+        cold_format.render_learning(day, "")
+    except ValueError:
+        return False
+    return True

@@ -179,7 +179,7 @@ class SearchService:
     # --- change tracking (on the loop) -----------------------------------------------------------------------
 
     def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
-        """Registry listener: mark and arm; never reads a file or waits (this runs right after an ack)."""
+        """Change listener: mark and arm; never reads a file or waits (this runs right after an ack)."""
         if not self.available:
             return
         self._mark(ws, tiers)

@@ -292,3 +292,35 @@ def test_an_llm_chooses_candidates_citing_entries_and_a_bad_answer_falls_back_to
         sent = json.dumps([r["body"] for r in fake.requests])
         assert secret not in sent and "[E2] 10:00:00 pushed" in sent
         assert result["removed"] == [f"{day.isoformat()}.md" for day in WEEK[:2]]
+
+
+def test_accepting_a_proposal_whose_line_is_already_in_memory_md_adds_it_once(make_daemon: Any) -> None:
+    d = make_daemon("acc", start=False)
+    ws = d.workspace("alpha")
+    (ws / "cold").mkdir(parents=True)
+    line = f"- [{OLD}] deploys go through the staging branch first\n"
+    # An accept cut short by a crash: MEMORY.md already has the line, PROPOSED.md still the proposal.
+    (ws / "cold" / "MEMORY.md").write_text(f"# Agent Memory\n\n## Ops\n{line}", encoding="utf-8")
+    (ws / "cold" / "PROPOSED.md").write_text(EARLIER, encoding="utf-8")
+    d.start()
+
+    d.call("proposals.accept", workspace="alpha", id="p-earlier0")
+
+    assert (ws / "cold" / "MEMORY.md").read_text(encoding="utf-8").count(line) == 1
+    assert d.call("proposals.list", workspace="alpha")["proposals"] == []
+
+
+def test_a_proposal_a_person_dated_impossibly_is_refused_clearly_and_still_shown(make_daemon: Any) -> None:
+    d = make_daemon("bad", start=False)
+    ws = d.workspace("alpha")
+    (ws / "cold").mkdir(parents=True)
+    (ws / "cold" / "PROPOSED.md").write_text(EARLIER.replace(OLD, "2024-02-30"), encoding="utf-8")
+    d.start()
+
+    with pytest.raises(MemdError) as raised:
+        d.call("proposals.accept", workspace="alpha", id="p-earlier0")
+
+    assert raised.value.code == INVALID_PARAMS and "2024-02-30" in raised.value.message
+    assert "cold/PROPOSED.md" in raised.value.message
+    shown = d.call("context.get", workspace="alpha", proposals=True)["text"]
+    assert "[2024-02-30]" in shown and "staging branch" in shown

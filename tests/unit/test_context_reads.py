@@ -192,3 +192,33 @@ def test_a_person_editing_an_entry_in_a_day_that_kept_its_length_shows_in_the_ne
     text = build_context(ws, None)["text"]
 
     assert "- entry 4998, edited\n" in text and "- entry 4998\n" not in text
+
+
+def test_recent_days_bigger_together_than_the_parse_bound_are_not_parsed_again_on_the_loop(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memd.tiers import warm_store
+
+    root = tmp_path / "alpha"
+    huge_day(root / "warm", START.date(), entries=400)
+    huge_day(root / "warm", START.date() - timedelta(days=1), entries=400)
+    each = (root / "warm" / warm_format.day_filename(START.date())).stat().st_size
+    monkeypatch.setattr(warm_store, "PARSED_MAX_BYTES", each + each // 2)  # room for one day's parse, not two
+    ws = Workspace(WorkspaceConfig("alpha", root, budget=BudgetConfig(warm=2_000)), counter, FixedClock(START), io)
+    ws.open()
+    parses: list[date] = []
+    real_parse = ws.warm._parse
+    monkeypatch.setattr(
+        ws.warm, "_parse", lambda job, whole_if_rewritten: parses.append(job.day) or real_parse(job, whole_if_rewritten)
+    )
+
+    async def context_get() -> tuple[dict[str, Any], list[date]]:
+        recent = await context.load_recent(ws, 2)
+        parsed_loading = list(parses)
+        return build_context(ws, None, recent=recent), parsed_loading
+
+    result, while_loading = asyncio.run(context_get())
+
+    assert sorted(while_loading) == [START.date() - timedelta(days=1), START.date()]
+    assert parses == while_loading  # building the context parsed nothing more (the store kept only one of them)
+    assert "entry 399" in result["text"]

@@ -614,6 +614,40 @@ def test_a_workspace_that_had_day_files_before_memd_served_it_only_reports_until
     assert asyncio.run(ws.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=20))]
 
 
+class CountingChooser:
+    """An LLM promoter that only counts the days it was asked about."""
+
+    name = "openai"
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def choose(self, ws: Any, day: str, entries: Any, limit: int) -> list[Any]:
+        self.asked.append(day)
+        return []
+
+
+def test_a_sweep_held_for_an_adopted_workspace_spends_no_llm_tokens_on_days_it_keeps(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "ws"
+    old = [TODAY - timedelta(days=k) for k in (30, 9)]
+    make_days(root / "warm", old)
+    chooser = CountingChooser()
+    warm_config = WarmConfig(timezone="UTC", retention_days=RETENTION)
+    clock = FakeClock(datetime(2026, 11, 20, 12, 0, tzinfo=UTC))
+    config = WorkspaceConfig(name="w", path=root, warm=warm_config)
+    state = root.parent / "state" / "workspaces" / "w.json"
+    ws = Workspace(config, counter, clock, io, adoption_file=state, promoter=lambda: chooser)
+    ws.open()
+
+    held = asyncio.run(ws.sweep(dry_run=False))
+
+    assert held["held"] and chooser.asked == []  # the scheduled sweep of a held workspace asks no LLM
+    asyncio.run(ws.sweep(dry_run=False, confirm=True))
+    assert chooser.asked == [d.isoformat() for d in old]  # the sweep that removes them does
+
+
 def test_a_workspace_memd_made_or_served_before_sweeps_at_once(
     tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
 ) -> None:
