@@ -403,8 +403,8 @@ class Daemon:
         """Catch what the write path missed (outside edits): schedule checkpoints for hot tiers over threshold."""
         over: dict[str, Any] = {}
         for name, ws in list(self.registry.workspaces.items()):
-            if ws.looks_changed():
-                await ws.adopt()
+            if ws.looks_changed():  # adopted like a watcher hint: counted, and the change sink is told
+                await self.registry.adopt_outside_changes(name, ws)
             if self.checkpoints.over_threshold(ws):
                 over[name] = {"hot": ws.usage()["hot"].as_dict(), "scheduled": self.checkpoints.maybe_schedule(ws)}
         return {"over_threshold": over}

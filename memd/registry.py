@@ -64,7 +64,7 @@ class Registry:
         self.discovered: set[str] = set()
         self.refused: dict[str, str] = {}  # configured workspaces another daemon holds: name -> why
         self._file_errors: dict[tuple[str, str], str] = {}  # (workspace, tier) -> why its writes are refused
-        self._tasks: set[asyncio.Task[None]] = set()  # adoptions in flight (a reference keeps each alive)
+        self._tasks: set[asyncio.Task[set[str]]] = set()  # adoptions in flight (a reference keeps each alive)
         self._refused_configs: dict[str, WorkspaceConfig] = {}
         self._by_root: dict[Path, str] = {}
         self._identity: dict[Workspace, tuple[int, int] | str] = {}
@@ -282,23 +282,26 @@ class Registry:
         if self.watcher is not None and ws.root in self._rewatch:
             self._rewatch.discard(ws.root)
             self.watcher.watch_workspace(ws.root)
-        task = asyncio.get_running_loop().create_task(self._adopt_off_loop(name, ws))
+        task = asyncio.get_running_loop().create_task(self.adopt_outside_changes(name, ws))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _adopt_off_loop(self, name: str, ws: Workspace) -> None:
+    async def adopt_outside_changes(self, name: str, ws: Workspace) -> set[str]:
+        """Read outside changes in (off the loop), count them and tell the change sink: every path that adopts
+        (a watcher hint, a job) comes here, so snapshots, checkpoints and search hear of each. Returns the tiers."""
         try:
             changed = await ws.adopt()
         except Exception:  # a failing adoption must not kill the hint path; status shows file errors
             log.exception("workspace %s: adopting an outside change failed", name)
-            return
+            return set()
         if self.workspaces.get(name) is not ws:  # removed (or replaced by a reload) while it was read in
-            return
+            return set()
         self._log_file_errors(ws)
         if changed:
             self.stats.adopted += 1
             log.info("workspace %s: adopted outside change to %s", name, ", ".join(sorted(changed)))
             self.sink.changed(ws, frozenset(changed), "external")
+        return changed
 
     async def reconcile(self) -> int:
         """Stat every workspace and adopt what changed (catches dropped events); try refused workspaces again.

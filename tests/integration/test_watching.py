@@ -26,7 +26,7 @@ from harness import RunningDaemon, base_config
 from harness import wait_for as _wait_for
 from hot_files import hot_from_git, read_hot
 
-from memd.errors import CorruptFile
+from memd.errors import CorruptFile, MemdError
 from memd.tiers.warm_format import parse_day
 
 T = TypeVar("T")
@@ -400,6 +400,36 @@ def test_changes_lost_to_an_inotify_overflow_are_reconciled(make_daemon: MakeDae
     assert texts == ["before the overflow", "written while memd was stopped"]
     assert sync(d)["watcher"]["alive"] is True
     wait_for(lambda: sync(d)["reconciles"] >= 1, "the reconcile job to run")
+
+
+def test_an_outside_edit_the_budget_scan_finds_first_is_adopted_like_any_other(
+    make_daemon: MakeDaemon, short_root: Path
+) -> None:
+    # No watcher and no reconcile in time: the budget scan is the job that meets the edit.
+    d = start(
+        make_daemon,
+        short_root,
+        watch={"enabled": False, "reconcile_interval_seconds": 3600},
+        jobs={"budget_scan_interval_seconds": 0.2},
+    )
+    ws = d.workspace("alpha")
+    d.call("progress.update", workspace="alpha", step="before the edit")
+    before = adopted(d)
+    doc = json.loads((ws / "hot" / "context.json").read_text())
+    doc["current_step"] = "edited by hand"
+    replace_like_an_editor(ws / "hot" / "context.json", json.dumps(doc))
+
+    wait_for(lambda: adopted(d) > before, "the budget scan's adoption to be counted")
+
+    # ... and told to the change sink: the snapshot job commits the person's edit.
+    def snapshotted() -> bool:
+        try:
+            shown = d.call("history.show", workspace="alpha", rev="HEAD", path="hot/context.json")["content"]
+        except MemdError:  # no snapshot yet
+            return False
+        return "edited by hand" in shown
+
+    wait_for(snapshotted, "the edit to be snapshotted")
 
 
 # --- discovery -------------------------------------------------------------------------------------------------
