@@ -302,6 +302,55 @@ def test_a_failed_disk_write_fails_the_whole_batch_and_changes_nothing(
     assert notes == ["kept note", "later note"]
 
 
+def loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_failed_fsync_fails_exactly_its_batch_and_the_batch_queued_behind_it_is_written(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, loop: str
+) -> None:
+    real_fsync = fsio.os.fsync
+    fsyncs = 0
+    queued_behind = threading.Event()
+
+    def first_fsync_fails(fd: int) -> None:
+        nonlocal fsyncs
+        fsyncs += 1
+        if fsyncs == 1:  # the first batch's append: fails once the next batch has queued behind it
+            queued_behind.wait(10)
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(fsio.os, "fsync", first_fsync_fails)
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        first = [asyncio.ensure_future(ws.write(log(a))) for a in ("a1", "a2")]
+        while ws.writer.in_flight is None:
+            await asyncio.sleep(0.001)
+        second = [asyncio.ensure_future(ws.write(log(b))) for b in ("b1", "b2")]
+        while ws.writer.pending < 2:
+            await asyncio.sleep(0.001)
+        queued_behind.set()
+        return (
+            list(await asyncio.gather(*first, return_exceptions=True)),
+            list(await asyncio.gather(*second, return_exceptions=True)),
+        )
+
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+        failed, written = runner.run(go())
+
+    assert all(isinstance(r, StorageError) and "Input/output error" in r.message for r in failed), failed
+    assert not [r for r in written if isinstance(r, BaseException)], written
+    entries = warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))
+    assert [e.action for e in entries] == ["b1", "b2"]  # the failed batch left nothing; the next one is whole
+    assert ws.health.batches == 1 and ws.health.write_fault is False
+
+
 def test_a_write_failing_half_way_through_a_batch_is_not_acknowledged_and_leaves_the_files_as_they_were(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
