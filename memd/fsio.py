@@ -547,7 +547,12 @@ def write_batch(root: PinnedDir, writes: list[FileWrite]) -> list[Fingerprint]:
 
 
 def restore_tree(pinned: PinnedDir, files: dict[str, bytes], paths: list[str]) -> list[str]:
-    """Runs in a worker thread: write every file of `files`, remove the other files under `paths`."""
+    """Runs in a worker thread: write every file of `files`, remove the other files under `paths`. Every path is
+    relative and normal (no `..`, `.`, empty part or leading `/`): any other is refused (EINVAL) before anything is
+    written, so nothing ever lands outside the workspace."""
+    for rel in [*files, *paths]:
+        if not rel or os.path.isabs(rel) or os.path.normpath(rel) != rel or rel in (".", "..") or rel.startswith("../"):
+            raise OSError(errno.EINVAL, f"memd does not restore {rel!r}: not a plain path inside the workspace", rel)
     pinned.verify()
     root = pinned.path
     changed: list[str] = []

@@ -119,6 +119,25 @@ class Commit:
         }
 
 
+def start_lock_age(started_at: float | None, now: float | None = None) -> float:
+    """The age at which `ensure` takes a lock for stale: 0 at the daemon's start-up (no git of this daemon has run
+    yet, so a lock from before its start was left by a git killed with the previous one), growing with the time
+    since, up to STALE_LOCK_SECONDS; STALE_LOCK_SECONDS when the start is not known (not a daemon start)."""
+    if started_at is None:
+        return STALE_LOCK_SECONDS
+    elapsed = (time.time() if now is None else now) - started_at
+    return min(STALE_LOCK_SECONDS, max(0.0, elapsed))
+
+
+_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+
+
+def redact_urls(text: str) -> str:
+    """`text` with the user information (`user:token@`) of every URL in it removed: a remote's URL may carry
+    credentials, and it is shown in status, replies, logs and git's own messages."""
+    return _URL_USERINFO.sub(r"\1", text)
+
+
 def find_git() -> str:
     git = shutil.which("git")
     if git is None:
@@ -255,18 +274,20 @@ class GitRepo:
             raise GitError(f"cannot run git {args[0]}: {exc.strerror or exc}") from None
         if check and out.returncode != 0:
             err = out.stderr.decode(errors="replace").strip()
-            raise GitError(f"git {args[0]} failed in {self.git_dir}: {err or f'exit {out.returncode}'}")
+            raise GitError(redact_urls(f"git {args[0]} failed in {self.git_dir}: {err or f'exit {out.returncode}'}"))
         return out
 
     # --- snapshots -------------------------------------------------------------------------------------------
 
-    def ensure(self, branch: str) -> None:
-        """Create the repository on first use (memd-managed, with what it must ignore)."""
+    def ensure(self, branch: str, started_at: float | None = None) -> None:
+        """Create the repository on first use (memd-managed, with what it must ignore). `started_at`: when this
+        daemon started (wall clock), or None; a lock older than that, with no git running, was left by a git
+        killed with the previous daemon and goes at once; any other only once stale (`clear_stale_locks`)."""
         self.check_root()
         if (self.git_dir / "HEAD").exists():
             if _managed_marker(self.git, self.git_dir) == "true":
                 self._write_own_rules(self.git_dir)  # repositories made by an older memd get them too
-                self.clear_stale_locks(min_age=0.0)  # left by a git killed with the previous daemon
+                self.clear_stale_locks(min_age=start_lock_age(started_at))
             return
         self.git_dir.parent.mkdir(parents=True, exist_ok=True)
         # Built under a temporary name and renamed into place, so a kill half-way never leaves a `.git` without
@@ -318,7 +339,9 @@ class GitRepo:
         """Remove the ref and config locks (`HEAD.lock`, `refs/**/*.lock`, ...) a git killed half-way left behind
         (a daemon killed with its process group in the middle of a commit or a sync): at least `min_age` seconds
         old, and no git running in this repository. A left ref lock would fail every later commit. Returns what
-        was removed. `ensure` runs it with no minimum age: at start, no git of this daemon has run yet."""
+        was removed. `ensure` lowers `min_age` only right after the daemon started (`start_lock_age`): a lock
+        older than this daemon was not made by any git of it, whereas later a fresh lock may be a live git's (of
+        another user, whose processes memd may not see), so it waits the full STALE_LOCK_SECONDS."""
         self.check_root()
         found = [self.git_dir / f"{name}.lock" for name in ("index", "HEAD", "ORIG_HEAD", "config", "packed-refs")]
         refs = self.git_dir / "refs"
@@ -554,13 +577,13 @@ class GitRepo:
                 check=False,
             )  # the C locale: its refusals are read below
         except subprocess.TimeoutExpired:
-            raise GitError(f"git push to {remote} timed out after {timeout:.0f}s") from None
+            raise GitError(f"git push to {redact_urls(remote)} timed out after {timeout:.0f}s") from None
         text = (out.stdout + out.stderr).decode(errors="replace")
         if out.returncode == 0:
             return "ok"
         if any(why in text for why in _MOVED_MEANWHILE):
             return "diverged"
-        raise GitError(f"git push to {remote} failed: {text.strip()[-500:]}")
+        raise GitError(redact_urls(f"git push to {remote} failed: {text.strip()[-500:]}"))
 
     def fsck(self) -> str:
         return self.run("fsck", "--no-progress", check=False).decode(errors="replace")

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd.gitrepo import GitError, GitRepo
+from memd.gitrepo import ARCHIVE_DIR, DAY_FILE, TIER_FILES, WARM_DIR, GitError, GitRepo, redact_urls
 from memd.merge_driver import KINDS, kind_of
 
 SYNC_REF = "refs/memd/sync/remote"
@@ -89,6 +89,8 @@ def install_drivers(repo: GitRepo, python: str) -> None:
 def fetch(repo: GitRepo, remote: str, branch: str, timeout: float) -> str:
     """Fetch the remote's branch into SYNC_REF. Returns its commit, or "" when the remote has no such branch yet."""
     out = repo.attempt(
+        "-c",
+        "fetch.fsckObjects=true",  # a tree with `..`, `.` or `.git` entries (or any malformed object) is refused
         "fetch",
         "--quiet",
         "--no-tags",
@@ -101,7 +103,7 @@ def fetch(repo: GitRepo, remote: str, branch: str, timeout: float) -> str:
         err = out.stderr.decode(errors="replace").strip()
         if "couldn't find remote ref" in err:
             return ""
-        raise GitError(f"git fetch from {remote} failed: {err[-500:] or f'exit {out.returncode}'}")
+        raise GitError(redact_urls(f"git fetch from {remote} failed: {err[-500:] or f'exit {out.returncode}'}"))
     return rev(repo, SYNC_REF)
 
 
@@ -212,15 +214,36 @@ def tree_of(repo: GitRepo, commit: str) -> str:
     return repo.run("rev-parse", f"{commit}^{{tree}}").decode().strip()
 
 
+def memd_file(path: str) -> bool:
+    """Is `path` (relative, `/`-separated, from a tree) one of the files a sync may write into a workspace: a tier
+    file (`cold/MEMORY.md`, `cold/PROPOSED.md`, ...), a warm day file or a warm archive, named without any empty,
+    `.`, `..` or `.git` part? Anything else a remote's tree holds is never written (a crafted `warm/../x` would
+    land outside the tier, or outside the workspace)."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") or part.lower() == ".git" for part in parts) or "\0" in path:
+        return False
+    if path in TIER_FILES:
+        return True
+    directory, _, name = path.rpartition("/")
+    if directory == WARM_DIR:
+        return DAY_FILE.fullmatch(name) is not None
+    if directory == ARCHIVE_DIR:
+        return name.endswith(".md.gz") and not name.startswith(".")
+    return False
+
+
 # --- moving HEAD and reading what changed -----------------------------------------------------------------------
 
 
 def move_head(repo: GitRepo, new: str, old: str) -> None:
-    """HEAD (its branch) to `new`, only if it is still `old` ("" : no commit yet); then the index to `new`'s tree
-    (the work tree is not touched: the next snapshot stages what differs from it)."""
+    """HEAD (its branch) to `new`, only if it is still `old` ("" : no commit yet); then the index from `old`'s tree
+    to `new`'s by a two-tree merge of the index alone (`read-tree -m -i`), so what a person staged in a path the
+    merge did not change stays staged (the work tree is not touched: the next snapshot stages what differs from
+    it). A staged change in a path the merge changed gives way to the merge (the file itself stays as it is)."""
     repo.wait_for_index_lock()
     repo.run("update-ref", "-m", "memd: sync", "HEAD", new, old)
-    repo.run("read-tree", new)
+    if not old or repo.returncode("read-tree", "-m", "-i", old, new) != 0:
+        repo.run("read-tree", new)
 
 
 def changed_paths(repo: GitRepo, old: str, new: str, paths: list[str]) -> list[str]:

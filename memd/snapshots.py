@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import Any, Literal
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
 from memd.errors import InvalidParams, MemdError, StorageError, Unavailable
-from memd.gitrepo import GitError, GitMissing, GitRepo, RepoUnsafe, find_git
+from memd.gitrepo import GitError, GitMissing, GitRepo, RepoUnsafe, find_git, redact_urls
 from memd.retention import Held
 from memd.workspace import Workspace
 
@@ -67,6 +68,9 @@ class Snapshotter:
         self.state_dir = state_dir
         self._io = io
         self._adopt = adopt_existing
+        # The daemon makes its snapshotter once, as it starts: a git lock older than this was left by a git killed
+        # with the previous daemon (GitRepo.ensure clears such locks at once only right after the start).
+        self.started_at = time.time()
         self._states: dict[str, RepoState] = {}
         self._workspaces: dict[str, Workspace] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -268,7 +272,7 @@ class Snapshotter:
                 self._io, lambda: GitRepo.locate(ws.root, separate, git, self.config.paths, self._adopt)
             )
             ws.check_identity()
-            await loop.run_in_executor(self._io, repo.ensure, self.config.branch)
+            await loop.run_in_executor(self._io, repo.ensure, self.config.branch, self.started_at)
             state.repo = repo
             state.history_lost = False
         return state.repo
@@ -418,14 +422,14 @@ class Snapshotter:
                     self._io, repo.push, self.remote_for(name), self.config.branch, self.config.push_timeout_seconds
                 )
             except (GitError, OSError) as exc:
-                state.push_state, state.push_error = "error", getattr(exc, "message", str(exc))
+                state.push_state, state.push_error = "error", redact_urls(getattr(exc, "message", str(exc)))
                 results[name] = "error"
                 continue
             state.push_state = outcome
             if outcome == "ok":
                 state.pushed_head, state.push_error = head, ""
             else:
-                state.push_error = (
+                state.push_error = redact_urls(
                     f"{self.remote_for(name)} has commits this workspace lacks; memd stopped pushing (it never "
                     f"forces). Reconcile with a git pull into memd's repository: git --git-dir={repo.git_dir} "
                     f"--work-tree={ws.root} pull --no-rebase {self.remote_for(name)} {self.config.branch}, "

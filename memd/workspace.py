@@ -258,27 +258,31 @@ class Workspace:
 
     async def restore_files(self, files: dict[str, bytes], paths: list[str]) -> list[str]:
         """Make `paths` hold exactly `files` (relative path -> bytes), durably. Returns the paths changed."""
-        loop = asyncio.get_running_loop()
+        return await self._rewrite_in_worker(lambda: fsio.restore_tree(self.pinned, files, paths))
+
+    async def publish_merged(self, publish: Callable[[fsio.PinnedDir], T]) -> T:
+        """Run `publish` in a worker while the writer is held, with the workspace directory memd opened: it reads
+        the files as every acknowledged write left them, merges those writes in and writes the result (a sync's
+        publish: memd.sync, which guards each replace against an outside edit). Returns what `publish` returns."""
+        self.check_identity()
+        return await self._rewrite_in_worker(lambda: publish(self.pinned))
+
+    async def _rewrite_in_worker(self, work: Callable[[], T]) -> T:
+        """`work` (which rewrites files outside a batch) in a worker, under the writer, then every tier loaded
+        again. Cancelled meanwhile (a job's timeout, shutdown), the writer stays held until the worker has finished
+        and the tiers are loaded again: a batch let in earlier would append to a file the worker is about to
+        replace from bytes it read before, and the acknowledged append would be lost."""
         async with self._exclusive:
-            changed = await loop.run_in_executor(self._io, fsio.restore_tree, self.pinned, files, paths)
-            self._reload()
-        return changed
-
-    async def publish_merged(self, decide: Callable[[], dict[str, bytes | None]]) -> list[str]:
-        """Write what `decide` returns (relative path -> bytes; None: remove the file), durably, under the writer.
-        `decide` runs in a worker while the writer is held, so it reads the files as every acknowledged write left
-        them and merges those writes in (a sync's publish: memd.sync). Returns the paths changed."""
-
-        def work() -> list[str]:
-            chosen = decide()
-            files = {p: d for p, d in chosen.items() if d is not None}
-            return fsio.restore_tree(self.pinned, files, list(chosen))
-
-        async with self._exclusive:
-            self.check_identity()
-            changed = await asyncio.get_running_loop().run_in_executor(self._io, work)
-            self._reload()
-        return changed
+            running = asyncio.get_running_loop().run_in_executor(self._io, work)
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                while not running.done():  # cancelled again meanwhile: still the worker's end first
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await asyncio.shield(running)
+                raise
+            finally:
+                self._reload()  # whatever the worker wrote, even when it failed half-way
 
     def _reload(self) -> None:
         """Load every tier again after memd itself rewrote files outside a batch (a restore, a sync's merge)."""
