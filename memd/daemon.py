@@ -168,6 +168,8 @@ class Daemon:
             "jobs": self.jobs.status(),
             "search": self.search.status(),
         }
+        if only is not None:
+            self._only(result, set(names))
         if not summary:
             result["workspaces"] = {name: self._workspace_status(served[name]) for name in names}
             return result
@@ -186,6 +188,26 @@ class Daemon:
                 listed[name] = {"problems": problems, **self._workspace_status(ws)}
         result.update(summary=True, counts=counts, workspaces=listed)
         return result
+
+    @staticmethod
+    def _only(result: dict[str, Any], names: set[str]) -> None:
+        """What a peer who may read only `names` is shown of the daemon-wide parts of status: nothing that names
+        or locates another workspace (counts instead of other names and paths)."""
+        reload = result["last_reload"]
+        if reload:
+            shown = {"at": reload.get("at"), "reloaded": reload.get("reloaded")}
+            if "workspaces" in reload:
+                shown["workspaces"] = [n for n in reload["workspaces"] if n in names]
+            result["last_reload"] = shown
+        sync = result["sync"]
+        sync["discovered"] = [n for n in sync.get("discovered") or () if n in names]
+        sync["refused"] = len(sync.get("refused") or {})
+        sync["discovery_conflicts"] = len(sync.get("discovery_conflicts") or {})
+        watcher = sync.get("watcher") or {}
+        if "polled_paths" in watcher:
+            watcher["polled_paths"] = len(watcher["polled_paths"])
+        search = result["search"]
+        search["pending"] = [n for n in search.get("pending") or () if n in names]
 
     def metrics_text(self) -> bytes:
         return self.metrics.exposition()

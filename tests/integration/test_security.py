@@ -430,3 +430,18 @@ def test_listings_show_another_uid_only_the_workspaces_it_may_read(ruled: Runnin
     listed, status = stranger["lines"]
     assert [w["name"] for w in listed["result"]["workspaces"]] == ["beta"]
     assert sorted(status["result"]["workspaces"]) == ["beta"]
+
+
+def test_status_names_nothing_of_a_workspace_the_peer_may_not_read_anywhere_in_it(ruled: RunningDaemon) -> None:
+    ruled.call("warm.log", workspace="alpha", action="marks alpha for the search index")
+    ruled.call("config.reload")  # the last reload's result names the workspaces it serves
+    requests = [{"method": "status", "params": {}}, {"method": "status", "params": {"summary": True}}]
+
+    full, summary = converse(65533, 65533, ruled.socket_path, requests)["lines"]
+
+    for answer in (full, summary):
+        shown = json.dumps(answer["result"])
+        assert "alpha" not in shown, shown
+        assert str(ruled.workspace("alpha")) not in shown
+    assert full["result"]["last_reload"]["workspaces"] == ["beta"]
+
