@@ -444,4 +444,3 @@ def test_status_names_nothing_of_a_workspace_the_peer_may_not_read_anywhere_in_i
         assert "alpha" not in shown, shown
         assert str(ruled.workspace("alpha")) not in shown
     assert full["result"]["last_reload"]["workspaces"] == ["beta"]
-
