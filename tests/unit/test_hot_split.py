@@ -333,3 +333,31 @@ def test_a_checkpoint_recorded_before_the_split_is_shown_and_undone_from_its_sin
     assert shown["summary"] == after["summary"]
     assert undone["restored_entries"] == 4
     assert [n["text"] for n in json.loads(own_file(ws.root).read_bytes())["notes"]] == [n["text"] for n in NOTES]
+
+
+def test_a_split_workspace_of_an_older_format_version_gets_the_current_one_and_nothing_moves(
+    make_workspace: Callable[..., Workspace],
+) -> None:
+    ws = make_workspace()
+    write(ws, note("a note"), decide("a decision"))
+    own = json.loads(own_file(ws.root).read_bytes())
+    own["version"] = hot_format.SCHEMA_VERSION - 1  # written by an older memd, already in two files
+    own_file(ws.root).write_text(json.dumps(own, indent=2), encoding="utf-8")
+    context_before = context_file(ws.root).read_bytes()
+
+    moved = asyncio.run(ws.split_hot())
+
+    assert moved is False
+    assert json.loads(own_file(ws.root).read_bytes())["version"] == hot_format.SCHEMA_VERSION
+    assert context_file(ws.root).read_bytes() == context_before
+
+
+def test_splitting_a_workspace_already_split_and_current_writes_nothing(
+    make_workspace: Callable[..., Workspace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = make_workspace()
+    write(ws, note("a note"), decide("a decision"))
+    batches = recorded_writes(monkeypatch)
+
+    assert asyncio.run(ws.split_hot()) is False
+    assert batches == []

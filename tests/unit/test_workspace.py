@@ -22,7 +22,7 @@ from memd import fsio
 from memd.batch import Draft
 from memd.config import BudgetConfig, WarmConfig, WorkspaceConfig
 from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
-from memd.tiers import cold_format, hot_format, warm_format
+from memd.tiers import cold_format, hot_format, proposals_format, warm_format
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -543,3 +543,55 @@ def test_usage_counts_only_the_recent_warm_days(ws: Workspace) -> None:
 
     today_file = ws.root / "warm" / f"{clock.current.date().isoformat()}.md"
     assert ws.usage()["warm"].tokens == ws.counter.count(today_file.read_text(encoding="utf-8"))
+
+
+# --- the draft: what an edit sees ------------------------------------------------------------------------------
+
+
+def test_a_logged_result_is_written_with_its_entry(ws: Workspace) -> None:
+    run(lambda d: d.log("ran the tests", (("cmd", "pytest"),), "42 passed"), ws=ws)
+
+    [entry] = warm_format.parse_day(day_file(ws).read_text(encoding="utf-8"))
+    assert (entry.action, entry.details, entry.result) == ("ran the tests", (("cmd", "pytest"),), "42 passed")
+
+
+def test_the_first_learning_of_a_workspace_makes_memory_md_hold_just_it(ws: Workspace) -> None:
+    assert not memory_md(ws).exists()
+
+    run(learn("Testing", "run pytest with -x"), ws=ws)
+
+    assert memory_md(ws).read_text(encoding="utf-8") == cold_format.insert_learning(
+        "", "Testing", START.date().isoformat(), "run pytest with -x"
+    )
+
+
+def proposal(pid: str, text: str) -> proposals_format.Proposal:
+    return proposals_format.Proposal(pid, "Ops", START.date().isoformat(), text, kind="notable")
+
+
+def test_an_edit_of_proposed_md_is_written_through_the_writer_and_a_failing_one_leaves_no_trace(
+    ws: Workspace,
+) -> None:
+    def propose(pid: str, text: str, fail: bool = False) -> Callable[[Draft], Any]:
+        def edit(draft: Draft) -> str:
+            draft.proposals = proposals_format.insert(draft.edit_proposals(), proposal(pid, text))
+            if fail:
+                raise CorruptFile("this request fails after editing the draft")
+            return pid
+
+        return edit
+
+    results = run(propose("p-00000001", "first"), propose("p-00000002", "lost", fail=True), ws=ws)
+    run(propose("p-00000003", "third"), ws=ws)  # the draft starts from what the first batch wrote
+
+    assert results[0] == "p-00000001" and isinstance(results[1], CorruptFile)
+    written = proposals_format.parse((ws.root / "cold" / "PROPOSED.md").read_text(encoding="utf-8"))
+    assert [(p.id, p.text) for p in written] == [("p-00000001", "first"), ("p-00000003", "third")]
+    assert [p.id for p in ws.proposals.proposals] == ["p-00000001", "p-00000003"]
+
+
+def test_a_draft_without_a_proposals_file_says_so() -> None:
+    draft = Draft(START, START, None, None)  # type: ignore[arg-type]  # stores unused: it fails before
+
+    with pytest.raises(RuntimeError, match="this draft has no proposals file"):
+        draft.edit_proposals()
