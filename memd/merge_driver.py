@@ -18,11 +18,13 @@ files; the result goes into %A; exit 0 for a clean merge, 1 for a conflict (the 
   learning) changed differently on both sides in the same section.
 - the hot tier (`hot`): ours, always. The hot tier is one machine's live session; the other version stays in
   the history (the merge commit's other parent).
-- `cold/PROPOSED.md` (`proposed`): a union of lines in ours' order, theirs' additions after (it is a list of
-  candidates for a person; a duplicate is harmless and a lost one is not).
+- `cold/PROPOSED.md` (`proposed`): whole proposals (a learning line and its `  - key: value` lines) keyed by
+  their id (memd.tiers.proposals_format): ours as it is, less the proposals theirs removed (accepted or rejected
+  there) and ours left as they were, plus the proposals theirs added, each under its own section with all its
+  lines. A proposal on both sides is kept once. Never a conflict.
 
-Imports memd.tiers.cold_format (its section, learning and fence rules) and the standard library only: git starts
-this module in a fresh process for every file it merges.
+Imports memd.tiers.cold_format (its section, learning and fence rules), memd.tiers.proposals_format and the
+standard library only: git starts this module in a fresh process for every file it merges.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memd.tiers import cold_format
+from memd.tiers import cold_format, proposals_format
 
 KINDS = ("warm", "cold", "hot", "proposed")
 _ENTRY = re.compile(r"### ([0-9]{2}:[0-9]{2}:[0-9]{2}) -(?: .*)?")
@@ -75,7 +77,7 @@ def merge(kind: str, base: bytes, ours: bytes, theirs: bytes) -> Merged:
     if kind == "hot":
         return Merged(ours)
     if kind == "proposed":
-        return Merged(merge_lines(base, ours, theirs))
+        return Merged(merge_proposed(base, ours, theirs))
     raise ValueError(f"unknown merge kind {kind!r} (one of {', '.join(KINDS)})")
 
 
@@ -360,20 +362,39 @@ def _edits(base: list[str], side: list[str]) -> dict[str, str]:
 # --- cold/PROPOSED.md --------------------------------------------------------------------------------------------
 
 
-def merge_lines(base: bytes, ours: bytes, theirs: bytes) -> bytes:
-    """Ours, then the non-blank lines theirs added (not in the ancestor, not in ours), in theirs' order."""
+def merge_proposed(base: bytes, ours: bytes, theirs: bytes) -> bytes:
+    """Proposals of both sides by id (see the module docstring): ours' bytes, less the proposals theirs removed
+    and ours kept as the ancestor had them, plus theirs' new ones inserted whole into their sections."""
     if ours == theirs or theirs == base:
         return ours
     if ours == base:
         return theirs
-    have = set(_text(ours).split("\n")) | set(_text(base).split("\n"))
-    added = [line for line in _text(theirs).split("\n") if line.strip() and line not in have]
-    if not added:
+    text_b, text_o, text_t = _text(base), _text(ours), _text(theirs)
+    pb, po, pt = ({p.id: p for p in proposals_format.parse(t)} for t in (text_b, text_o, text_t))
+    block_b, block_o = _blocks(text_b, pb), _blocks(text_o, po)
+    # Removed on theirs, left untouched by ours: accepted or rejected over there, so gone here too.
+    gone = [pid for pid in po if pid in pb and pid not in pt and block_o[pid] == block_b[pid]]
+    added = [p for pid, p in pt.items() if pid not in po and pid not in pb]
+    if not gone and not added:
         return ours
-    text = _text(ours)
-    if text and not text.endswith("\n"):
-        text += "\n"
-    return _bytes(text + "".join(line + "\n" for line in added))
+    text = text_o
+    for pid in gone:
+        current = proposals_format.find(proposals_format.parse(text), pid)
+        if current is not None:
+            text = proposals_format.remove(text, current)
+    lines_t = text_t.split("\n")
+    for proposal in added:
+        try:
+            text = proposals_format.insert(text, proposal)
+        except ValueError:  # not a date memd can write again: its own lines, at the end
+            block = "".join(line + "\n" for line in lines_t[proposal.line : proposal.end])
+            text = text + ("" if not text or text.endswith("\n") else "\n") + block
+    return _bytes(text)
+
+
+def _blocks(text: str, proposals: dict[str, proposals_format.Proposal]) -> dict[str, list[str]]:
+    lines = text.split("\n")
+    return {pid: [line.rstrip() for line in lines[p.line : p.end]] for pid, p in proposals.items()}
 
 
 # --- the git driver ----------------------------------------------------------------------------------------------

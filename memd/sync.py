@@ -7,9 +7,13 @@ One round, holding the workspace's repository lock (memd.snapshots; never its wr
    merge commit of both (`git merge-tree` with memd's merge drivers, memd.merge_driver: warm days and learnings of
    both sides kept, this machine's hot session kept live, the other's in the merge's other parent). Nothing of it
    touches the work tree or leaves a merge in progress (memd.gitsync);
-4. publish the merged files through the workspace's writer (`Workspace.publish_merged`): each file is merged
-   again, in the worker, against the file as every acknowledged write left it, so a write made while the merge
-   ran is kept; then HEAD moves to the merge (compare-and-swap) and the workspace's change sink hears of the change
+4. publish the merged files through the workspace's writer (`Workspace.publish_merged`): only memd's own files
+   (gitsync.memd_file: never a path with `..`, `.` or `.git`; anything else the remote brings is a conflict), each
+   merged again, in the worker, against the file as every acknowledged write left it, so a write made while the
+   merge ran is kept, and written guarded: a file saved by someone since it was read is decided again, never
+   overwritten. A file changed here in a way that cannot be folded in now stops the publish (nothing written, HEAD
+   not moved): the next round commits it and merges it (or reports the conflict), so neither side's change is
+   dropped. Then HEAD moves to the merge (compare-and-swap) and the workspace's change sink hears of the change
    (search, token counts, the next snapshot). A kill before HEAD moves leaves merged files that the next snapshot
    commits and the next merge recognises (entries and learnings are compared by content, so none is doubled);
 5. push, never forced. A push refused because the remote moved meanwhile starts another round (3 at most).
@@ -25,24 +29,39 @@ Imports memd.snapshots, memd.workspace, memd.gitsync, memd.merge_driver, memd.co
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from memd import fsio, gitsync
 from memd.config import SnapshotConfig
 from memd.errors import MemdError, Unavailable
-from memd.gitrepo import GitError, GitRepo
+from memd.gitrepo import GitError, GitRepo, redact_urls
 from memd.merge_driver import kind_of, merge
 from memd.snapshots import RepoState, Snapshotter
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
 ROUNDS = 3  # fetch-merge-push rounds one sync may take while other machines keep pushing
+PUBLISH_TRIES = 5  # decide-and-publish attempts while people keep saving the files being published
 T = TypeVar("T")
+Versions = dict[str, tuple[bytes | None, bytes | None]]  # path -> (at the commit left, at the commit reached)
+Plan = dict[str, tuple[bytes | None, bytes | None]]  # path -> (what it holds now, what it becomes; None: removed)
+
+
+@dataclass
+class Published:
+    """What a publish did: the files it changed, or (nothing changed) the files it could not fold in now."""
+
+    written: list[str] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)  # path -> why it was left for the next round
 
 
 class Syncer:
@@ -60,6 +79,7 @@ class Syncer:
         self._python = python
         self._attributes = attributes_file
         self._seen_sessions: dict[str, set[str]] = {}  # per workspace: other machines' sessions already logged
+        self._turn = 0  # where the next scheduled run starts in the list of workspaces
 
     def reconfigure(self, config: SnapshotConfig) -> None:
         self.config = config
@@ -68,10 +88,26 @@ class Syncer:
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
 
     async def sync_all(self) -> dict[str, str]:
-        """Sync every tracked workspace (the scheduled job). Returns each one's state."""
+        """Sync every tracked workspace (the scheduled job). Returns each one's state. Each workspace on its own:
+        an unexpected failure of one is logged and shown in its state, and the others sync on; each run starts one
+        workspace further, so a slow remote never always delays the same ones."""
         results: dict[str, str] = {}
-        for ws in self.snapshots.tracked():
-            report = await self.sync(ws)
+        workspaces = self.snapshots.tracked()
+        if not workspaces:
+            return results
+        start = self._turn % len(workspaces)
+        self._turn = start + 1
+        for ws in workspaces[start:] + workspaces[:start]:
+            try:
+                report = await self.sync(ws)
+            except Exception as exc:  # a bug in one workspace's sync never stops the others'
+                log.exception("workspace %s: sync failed unexpectedly", ws.name)
+                report = {"state": "error", "error": redact_urls(f"sync failed unexpectedly: {exc!r}")}
+                with contextlib.suppress(Exception):
+                    self.snapshots.repo_state(ws).sync = {
+                        **report,
+                        "at": ws.clock.now().isoformat(timespec="seconds"),
+                    }
             results[ws.name] = str(report.get("state"))
         return results
 
@@ -83,7 +119,11 @@ class Syncer:
             )
         state = self.snapshots.repo_state(ws)
         url = self.snapshots.remote_for(ws.name)
-        report: dict[str, Any] = {"state": "error", "remote": url, "at": ws.clock.now().isoformat(timespec="seconds")}
+        report: dict[str, Any] = {
+            "state": "error",
+            "remote": redact_urls(url),  # the URL may carry credentials (https://user:token@host/...)
+            "at": ws.clock.now().isoformat(timespec="seconds"),
+        }
         async with state.lock:
             try:
                 for _ in range(ROUNDS):
@@ -91,9 +131,14 @@ class Syncer:
                     if outcome != "again":
                         break
                 else:
-                    report.update(state="behind", error="the remote kept moving; the next sync goes on")
+                    report.update(
+                        state="behind",
+                        error=report.get("retry") or "the remote kept moving; the next sync goes on",
+                    )
             except (GitError, MemdError, OSError) as exc:
-                report.update(state="error", error=getattr(exc, "message", None) or str(exc))
+                report.update(state="error", error=redact_urls(getattr(exc, "message", None) or str(exc)))
+            finally:
+                report.pop("retry", None)
         previous = state.sync
         report["merges"] = previous.get("merges", 0) + report.pop("merged", 0)
         report["syncs"] = previous.get("syncs", 0) + 1
@@ -119,7 +164,9 @@ class Syncer:
                 if not new:
                     return "conflict"
                 report["merged"] = report.get("merged", 0) + 1
-            await self._publish(ws, repo, head, new)
+            outcome = await self._publish(ws, repo, head, new, remote, report)
+            if outcome != "done":
+                return outcome
             await self._note_other_session(ws, repo, remote)
         report.update(state="ok", head=new or None, error=None, conflicts=[], resolve=[])
         if not new or new == remote:
@@ -166,40 +213,90 @@ class Syncer:
             f"it lists, then {git} commit -a), then run `memd sync WORKSPACE` ({name})",
         ]
 
-    async def _publish(self, ws: Workspace, repo: GitRepo, old: str, new: str) -> None:
+    async def _publish(
+        self, ws: Workspace, repo: GitRepo, old: str, new: str, remote: str, report: dict[str, Any]
+    ) -> str:
         """Bring the workspace's files from `old` to `new` through its writer (hot/ stays this machine's), merging
-        in what was written since `old`; then move HEAD to `new`."""
+        in what was written since `old`; then move HEAD to `new`. Returns "done"; "conflict" (recorded in
+        `report`) when `new` holds a file memd never writes; "again" when a file changed here meanwhile in a way
+        that cannot be folded in now: then nothing is written and HEAD stays, so the next round commits that
+        change and merges it with the remote's (a real conflict is then reported as one), never dropping either."""
         paths = [p for p in self.config.paths if p != "hot"]
         changed = await self._run(gitsync.changed_paths, repo, old, new, paths) if paths else []
-        versions = {}
+        refused = [p for p in changed if not gitsync.memd_file(p)]
+        if refused:
+            report.update(
+                state="conflict",
+                error="the remote's history holds "
+                + ", ".join(repr(p) for p in sorted(refused))
+                + ", which memd does not write into a workspace (only its own tier files); this workspace keeps "
+                "serving its own version and is not pushed until it is settled",
+                conflicts=[
+                    {"path": p, "kind": "REFUSED (not a memd file)", "message": f"memd does not write {p!r}"}
+                    for p in sorted(refused)
+                ],
+                resolve=self._resolve_commands(repo, remote, sorted(refused)),
+            )
+            return "conflict"
+        versions: Versions = {}
         for path in changed:
             versions[path] = (
                 await self._run(gitsync.blob, repo, old, path),
                 await self._run(gitsync.blob, repo, new, path),
             )
-        root = ws.root
-
-        def decide() -> dict[str, bytes | None]:
-            chosen: dict[str, bytes | None] = {}
-            for path, (before, after) in versions.items():
-                current = fsio.read_bytes(root / path)
-                if current == before:
-                    chosen[path] = after
-                elif current == after:
-                    continue
-                elif after is not None and current is not None and (kind := kind_of(path)) not in (None, "hot"):
-                    result = merge(str(kind), before or b"", current, after)
-                    if result.clean and result.data != current:
-                        chosen[path] = result.data
-                # otherwise the file changed here meanwhile in a way memd cannot fold in now: it stays, and the
-                # next snapshot and sync merge it properly
-            return chosen
-
-        written = await ws.publish_merged(decide) if versions else []
+        published = await ws.publish_merged(lambda pinned: self._publish_files(pinned, versions)) if versions else None
+        if published is not None and published.held:
+            report["retry"] = (
+                "changed here while the sync merged, not folded in yet: "
+                + "; ".join(f"{p} ({why})" for p, why in sorted(published.held.items()))
+                + "; the next sync merges them"
+            )
+            return "again"
         await self._run(gitsync.move_head, repo, new, old)
+        written = published.written if published is not None else []
         tiers = frozenset(p.split("/")[0] for p in written)
         if tiers:  # the workspace's change sink: search, token counts, snapshots, checkpoints
             ws.sink.changed(ws, tiers, "sync")
+        return "done"
+
+    def _publish_files(self, pinned: fsio.PinnedDir, versions: Versions) -> Published:
+        """Runs in a worker, holding the workspace's writer: decide what each file becomes and write it, guarded
+        (contract 2: decided at publish): a file someone saved since it was read is not overwritten, everything is
+        decided again from what it then holds (PUBLISH_TRIES times at most, then left for the next round)."""
+        for _ in range(PUBLISH_TRIES):
+            plan, held = self._decide(pinned.path, versions)
+            if held:
+                return Published(held=held)
+            try:
+                return Published(written=_write_plan(pinned, plan))
+            except fsio.OutsideChange:
+                continue
+        return Published(held={p: "saved again during each try of the publish" for p in versions})
+
+    def _decide(self, root: Path, versions: Versions) -> tuple[Plan, dict[str, str]]:
+        """What each file becomes: the commit reached's version where the file is still the commit left's, a merge
+        of the two where memd can merge it cleanly, nothing where it already is what it should be. Returns the
+        plan (path -> (bytes read now, bytes to write; None: remove)) and the files that changed here in a way that
+        cannot be folded in (path -> why)."""
+        plan: Plan = {}
+        held: dict[str, str] = {}
+        for path, (before, after) in versions.items():
+            current = fsio.read_bytes(root / path)
+            if current == after:
+                continue
+            if current == before:
+                plan[path] = (current, after)
+                continue
+            kind = kind_of(path)
+            if after is None or current is None or kind in (None, "hot"):
+                held[path] = "deleted on one side, changed on the other" if None in (after, current) else "changed"
+                continue
+            result = merge(str(kind), before or b"", current, after)
+            if not result.clean:
+                held[path] = "; ".join(result.conflicts)
+            elif result.data != current:
+                plan[path] = (current, result.data)
+        return plan, held
 
     async def _note_other_session(self, ws: Workspace, repo: GitRepo, remote: str) -> None:
         """Log, once per other machine's session, that its hot state was set aside and where it is."""
@@ -223,3 +320,34 @@ class Syncer:
             await ws.write(lambda draft: draft.log("sync: another machine's session", details, "kept in history"))
         except MemdError as exc:
             log.warning("workspace %s: could not log the other machine's session: %s", ws.name, exc.message)
+
+
+def _write_plan(pinned: fsio.PinnedDir, plan: Plan) -> list[str]:
+    """Write `plan` (from `Syncer._decide`), every change guarded against what was read: replaces all or none
+    (fsio.apply_writes), then removals, each compared with what was read right before the unlink. Raises
+    fsio.OutsideChange when a file no longer holds what the plan was made from (the replaces then stay, already
+    merged: deciding again leaves them as they are)."""
+    pinned.verify()
+    root = pinned.path
+    for path in plan:
+        if not gitsync.memd_file(path):  # checked before the fetch's objects got here too; never written
+            raise OSError(errno.EINVAL, f"memd does not write {path!r} into a workspace", path)
+    for top in {path.split("/")[0] for path in plan}:
+        if (root / top).is_symlink():
+            raise OSError(errno.ELOOP, f"{root / top} is a symlink; memd does not write a sync's files through it")
+    writes = []
+    for path, (current, data) in sorted(plan.items()):
+        if data is not None:
+            fsio.ensure_dir((root / path).parent)
+            writes.append(fsio.FileWrite(root / path, data, append=False, guarded=True, expected=current))
+    fsio.apply_writes(writes)
+    written = [path for path, (_, data) in sorted(plan.items()) if data is not None]
+    for path, (current, data) in sorted(plan.items()):
+        if data is None:
+            target = root / path
+            if fsio.read_bytes(target) != current:
+                raise fsio.OutsideChange(target)
+            os.unlink(target)
+            fsio.fsync_dir(target.parent)
+            written.append(path)
+    return written

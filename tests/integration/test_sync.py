@@ -7,22 +7,32 @@ later gets everything, and what memd cannot merge is reported while the workspac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import random
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from memd import gitsync
+from memd.config import SnapshotConfig, WorkspaceConfig
+from memd.daemon import SystemClock
 from memd.gitrepo import find_git
+from memd.snapshots import Snapshotter
+from memd.sync import Syncer
 from memd.tiers import cold_format, warm_format
+from memd.tokens import TokenCounter
+from memd.workspace import Workspace
 from tests.harness import RunningDaemon, base_config, person_env, wait_for
 
 GIT = find_git()
@@ -30,8 +40,10 @@ WS = "shared"
 FAST = {"settle_seconds": 0.2, "max_wait_seconds": 1.0}
 
 
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    out = subprocess.run([GIT, *args], cwd=cwd, env=person_env(), capture_output=True, text=True, check=False)
+def git(cwd: Path, *args: str, check: bool = True, input_text: str | None = None) -> str:
+    out = subprocess.run(
+        [GIT, *args], cwd=cwd, env=person_env(), capture_output=True, text=True, check=False, input=input_text
+    )
     if check:
         assert out.returncode == 0, f"git {' '.join(args)} in {cwd} failed: {out.stderr}"
     return out.stdout
@@ -334,3 +346,317 @@ def test_a_kill_in_the_middle_of_a_sync_loses_nothing_and_leaves_no_merge_in_pro
 def _ignore(fn: Callable[[], object]) -> None:
     with contextlib.suppress(Exception):
         fn()
+
+
+# --- one machine in this process: the moments inside a sync's publish, reached exactly ------------------------
+#
+# The other machine is a person's clone of the remote (git by hand); this one is memd's Workspace, Snapshotter and
+# Syncer in this process, so a test can stand in for the publish's decision and act right inside its window.
+
+
+class Machine:
+    def __init__(self, root: Path, remote: str, io: ThreadPoolExecutor, counter: TokenCounter, name: str = WS):
+        self.config = SnapshotConfig(settle_seconds=0.01, remote=remote, sync=True, push_timeout_seconds=20.0)
+        self.ws = Workspace(WorkspaceConfig(name, root / "ws" / name), counter, SystemClock(), io)
+        self.ws.open()
+        self.snapshots = Snapshotter(self.config, root / "state", io)
+        self.snapshots.track(self.ws)
+        self.syncer = Syncer(self.snapshots, self.config, io, sys.executable, root / "state" / "merge.attributes")
+
+    def track(self, ws: Workspace) -> None:
+        self.snapshots.track(ws)
+
+    @property
+    def root(self) -> Path:
+        return self.ws.root
+
+    async def sync(self) -> dict[str, Any]:
+        return await self.syncer.sync(self.ws)
+
+    def head(self) -> str:
+        return git(self.root, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter.for_encoding("cl100k_base")
+
+
+@pytest.fixture
+def io() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="test-io") as executor:
+        yield executor
+
+
+def in_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+def person_clone(remote: Path, where: Path) -> Path:
+    git(where.parent, "clone", "--quiet", str(remote), str(where))
+    return where
+
+
+def person_push(clone: Path, message: str) -> str:
+    git(clone, "add", "-A")
+    git(clone, "commit", "--quiet", "-m", message)
+    git(clone, "push", "--quiet", "origin", "HEAD:main")
+    return git(clone, "rev-parse", "HEAD").strip()
+
+
+MEMORY = "# Agent Memory\n\n## Auth\n- [2024-03-01] tokens expire after 1h\n"
+
+
+def test_a_remote_tree_with_dot_dot_entries_is_refused_and_nothing_is_written_outside_the_tier(
+    tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter
+) -> None:
+    remote = make_remote(tmp_path)
+
+    async def test() -> None:
+        a = Machine(tmp_path / "a", str(remote), io, counter)
+        (a.root / "warm" / "2024-03-01.md").write_text("### 09:00:00 - start\n\n")
+        assert (await a.sync())["state"] == "ok"
+        # Another "machine" pushes a commit built by plumbing: warm/../escaped and warm/../../outside.
+        blob = git(remote, "hash-object", "-w", "--stdin", input_text="evil\n").strip()
+        inner = git(remote, "mktree", input_text=f"100644 blob {blob}\tescaped\n").strip()
+        deeper = git(remote, "mktree", input_text=f"040000 tree {inner}\t..\n100644 blob {blob}\toutside\n").strip()
+        warm = git(remote, "ls-tree", "main:warm") + f"040000 tree {deeper}\t..\n"
+        root_entries = [e for e in git(remote, "ls-tree", "main").splitlines() if not e.endswith("\twarm")]
+        tree = git(
+            remote,
+            "mktree",
+            input_text="\n".join([*root_entries, f"040000 tree {git(remote, 'mktree', input_text=warm).strip()}\twarm"])
+            + "\n",
+        ).strip()
+        evil = git(remote, "commit-tree", tree, "-p", "main", "-m", "crafted").strip()
+        git(remote, "update-ref", "refs/heads/main", evil)
+        before = a.head()
+
+        report = await a.sync()
+
+        assert report["state"] == "error" and "fetch" in report["error"] and "'..'" in report["error"]  # fsck
+        assert not (a.root / "escaped").exists() and not (a.root.parent / "outside").exists()
+        assert not (a.root.parent / "escaped").exists() and not (a.root / "outside").exists()
+        assert a.head() == before
+        await a.ws.close()
+
+    in_loop(test)
+
+
+@pytest.mark.parametrize(
+    ("path", "written"),
+    [
+        ("warm/2024-03-01.md", True),
+        ("warm/archive/2024-03.md.gz", True),
+        ("cold/MEMORY.md", True),
+        ("cold/PROPOSED.md", True),
+        ("warm/../x", False),
+        ("warm/archive/../../x", False),
+        ("warm/.git/config", False),
+        ("cold/run.sh", False),
+        ("warm/notes.md", False),
+        ("/etc/passwd", False),
+        ("warm//2024-03-01.md", False),
+    ],
+)
+def test_a_sync_writes_only_memds_own_files_into_a_workspace(path: str, written: bool) -> None:
+    assert gitsync.memd_file(path) is written
+
+
+def test_a_file_memd_does_not_own_in_the_remote_is_reported_not_written(
+    tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter
+) -> None:
+    remote = make_remote(tmp_path)
+
+    async def test() -> None:
+        a = Machine(tmp_path / "a", str(remote), io, counter)
+        (a.root / "cold" / "MEMORY.md").write_text(MEMORY)
+        assert (await a.sync())["state"] == "ok"
+        other = person_clone(remote, tmp_path / "other")
+        (other / "cold" / "run.sh").write_text("#!/bin/sh\nrm -rf ~\n")
+        person_push(other, "not a memd file")
+        before = a.head()
+
+        report = await a.sync()
+
+        assert report["state"] == "conflict"
+        assert [c["path"] for c in report["conflicts"]] == ["cold/run.sh"] and report["resolve"]
+        assert not (a.root / "cold" / "run.sh").exists()
+        assert a.head() == before
+        await a.ws.close()
+
+    in_loop(test)
+
+
+def test_a_learning_edited_here_while_the_sync_merges_the_other_machines_edit_of_it_is_reported_not_lost(
+    tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = make_remote(tmp_path)
+
+    async def test() -> None:
+        a = Machine(tmp_path / "a", str(remote), io, counter)
+        memory = a.root / "cold" / "MEMORY.md"
+        memory.write_text(MEMORY)
+        assert (await a.sync())["state"] == "ok"
+        other = person_clone(remote, tmp_path / "other")
+        (other / "cold" / "MEMORY.md").write_text(MEMORY.replace("1h", "2h"))
+        theirs = person_push(other, "the other machine's edit")
+        real = Syncer._decide
+        edits = iter([lambda: memory.write_text(MEMORY.replace("1h", "30m"))])
+
+        def person_saves_first(self: Syncer, root: Path, versions: Any) -> Any:
+            next(edits, lambda: None)()  # the person's save lands after the sync committed and merged
+            return real(self, root, versions)
+
+        monkeypatch.setattr(Syncer, "_decide", person_saves_first)
+
+        report = await a.sync()
+
+        assert report["state"] == "conflict", report
+        assert [c["path"] for c in report["conflicts"]] == ["cold/MEMORY.md"] and report["resolve"]
+        assert "tokens expire after 30m" in memory.read_text()  # this side's own version, served on
+        assert remote_head(remote) == theirs  # nothing pushed over the other machine's edit
+        # Later snapshots and syncs go on reporting it; the other machine's edit is never reverted.
+        await a.snapshots.snapshot(a.ws, "later")
+        assert (await a.sync())["state"] == "conflict"
+        assert git(remote, "show", "main:cold/MEMORY.md") == MEMORY.replace("1h", "2h")
+        await a.ws.close()
+
+    in_loop(test)
+
+
+def test_a_persons_save_between_the_publishs_decision_and_its_write_is_kept_and_merged(
+    tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = make_remote(tmp_path)
+
+    async def test() -> None:
+        a = Machine(tmp_path / "a", str(remote), io, counter)
+        memory = a.root / "cold" / "MEMORY.md"
+        memory.write_text(MEMORY)
+        assert (await a.sync())["state"] == "ok"
+        other = person_clone(remote, tmp_path / "other")
+        (other / "cold" / "MEMORY.md").write_text(MEMORY + "\n## Ops\n- [2024-03-02] from the other machine\n")
+        person_push(other, "the other machine's learning")
+        real = Syncer._decide
+        saves = iter([lambda: memory.write_text(memory.read_text() + "\n## Mine\n- [2024-03-03] saved by hand\n")])
+
+        def person_saves_after(self: Syncer, root: Path, versions: Any) -> Any:
+            decided = real(self, root, versions)
+            next(saves, lambda: None)()  # read and merged: the person saves before the publish renames
+            return decided
+
+        monkeypatch.setattr(Syncer, "_decide", person_saves_after)
+
+        report = await a.sync()
+
+        assert report["state"] == "ok", report
+        texts = {x.text for x in cold_format.parse_memory(memory.read_text())}
+        assert texts == {"tokens expire after 1h", "from the other machine", "saved by hand"}
+        await a.ws.close()
+
+    in_loop(test)
+
+
+def test_cancelling_a_sync_in_its_publish_holds_the_writer_until_the_files_are_written(
+    tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = make_remote(tmp_path)
+
+    async def test() -> None:
+        a = Machine(tmp_path / "a", str(remote), io, counter)
+        await a.ws.write(lambda draft: draft.log("first here"))
+        assert (await a.sync())["state"] == "ok"
+        day = f"warm/{a.ws.today().isoformat()}.md"
+        other = person_clone(remote, tmp_path / "other")
+        with (other / day).open("a") as f:
+            f.write("### 00:00:01 - from the other machine\n\n")
+        person_push(other, "the other machine's entry")
+        inside, go_on = threading.Event(), threading.Event()
+        order: list[str] = []
+        real_decide, real_publish = Syncer._decide, Syncer._publish_files
+
+        def blocking_decide(self: Syncer, root: Path, versions: Any) -> Any:
+            decided = real_decide(self, root, versions)  # today's file read and merged
+            inside.set()
+            go_on.wait()
+            return decided
+
+        def recorded_publish(self: Syncer, pinned: Any, versions: Any) -> Any:
+            published = real_publish(self, pinned, versions)
+            order.append("sync's files written")
+            return published
+
+        monkeypatch.setattr(Syncer, "_decide", blocking_decide)
+        monkeypatch.setattr(Syncer, "_publish_files", recorded_publish)
+        sync_task = asyncio.create_task(a.sync())
+        await asyncio.to_thread(inside.wait)
+        sync_task.cancel()  # the job's timeout, or shutdown
+        write = asyncio.create_task(a.ws.write(lambda draft: draft.log("written meanwhile")))
+        write.add_done_callback(lambda _: order.append("write acknowledged"))
+        while not (write.done() or a.ws.exclusive._waiters):  # acknowledged, or queued behind the publish
+            await asyncio.sleep(0)
+        go_on.set()
+        await write
+        with contextlib.suppress(asyncio.CancelledError):
+            await sync_task
+
+        assert order == ["sync's files written", "write acknowledged"]
+        actions = [e.action for e in warm_format.parse_day((a.root / day).read_text(), current=True)]
+        assert "written meanwhile" in actions and "from the other machine" in actions and "first here" in actions
+        await a.ws.close()
+
+    in_loop(test)
+
+
+def test_one_workspace_failing_unexpectedly_does_not_stop_the_others_and_each_run_starts_further(
+    tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = make_remote(tmp_path)
+    git(tmp_path, "init", "--quiet", "--bare", "--initial-branch=main", str(remote.parent / "healthy.git"))
+
+    async def test() -> None:
+        a = Machine(tmp_path / "a", str(remote.parent / "{name}.git"), io, counter)
+        healthy = Workspace(WorkspaceConfig("healthy", tmp_path / "a" / "ws" / "healthy"), counter, SystemClock(), io)
+        healthy.open()
+        a.track(healthy)
+        real = Syncer._round
+        started: list[str] = []
+
+        async def broken_for_one(self: Syncer, ws: Workspace, *args: Any) -> str:
+            started.append(ws.name)
+            if ws.name == WS:
+                raise AssertionError("a bug met in this workspace only")
+            return await real(self, ws, *args)
+
+        monkeypatch.setattr(Syncer, "_round", broken_for_one)
+
+        first = await a.syncer.sync_all()
+        second = await a.syncer.sync_all()
+
+        assert first == second == {WS: "error", "healthy": "ok"}
+        shown = a.snapshots.status_for(WS)["sync"]
+        assert shown["state"] == "error" and "a bug met in this workspace only" in shown["error"]
+        assert started == [WS, "healthy", "healthy", WS]  # each run starts one workspace further
+        await a.ws.close()
+        await healthy.close()
+
+    in_loop(test)
+
+
+def test_credentials_in_the_remote_url_are_never_shown(
+    tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter
+) -> None:
+    async def test() -> None:
+        a = Machine(tmp_path / "a", "https://memd-bot:s3cret-t0ken@127.0.0.1:9/{name}.git", io, counter)
+        (a.root / "cold" / "MEMORY.md").write_text(MEMORY)
+
+        report = await a.sync()
+
+        assert report["state"] == "error"
+        assert report["remote"] == f"https://127.0.0.1:9/{WS}.git"
+        shown = json.dumps([report, a.snapshots.status_for(WS)])
+        assert "s3cret" not in shown and "memd-bot" not in shown
+        await a.ws.close()
+
+    in_loop(test)

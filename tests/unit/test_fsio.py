@@ -1302,3 +1302,18 @@ def test_a_displaced_file_that_cannot_be_read_back_withdraws_the_publish(
         fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"old")])
 
     assert target.read_bytes() == b"old"
+
+
+@pytest.mark.parametrize(
+    "rel", ["warm/../x", "warm/../../outside", "../outside", "/etc/x", "warm/./x", "warm//x", ".."]
+)
+def test_restore_tree_refuses_a_path_that_is_not_plainly_inside_the_workspace(tmp_path: Path, rel: str) -> None:
+    root = tmp_path / "ws"
+    (root / "warm").mkdir(parents=True)
+
+    with pytest.raises(OSError) as refused:
+        fsio.restore_tree(fsio.PinnedDir.pin(root), {rel: b"evil\n", "warm/2024-01-01.md": b"fine\n"}, ["warm"])
+
+    assert refused.value.errno == errno.EINVAL and rel in str(refused.value)
+    assert not (root / "x").exists() and not (tmp_path / "outside").exists()
+    assert not (root / "warm" / "2024-01-01.md").exists()  # refused before anything is written

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from harness import person_env
 
-from memd import retention
+from memd import gitsync, retention
 from memd.errors import NotFound
 from memd.gitrepo import GitError, GitRepo, RepoUnsafe, find_git
 
@@ -713,7 +713,45 @@ def test_ref_locks_left_by_a_killed_git_are_cleared_at_start_and_once_stale(tmp_
     assert repo.clear_stale_locks() == ["HEAD.lock"]
 
     again = locate(repo.work_tree, tmp_path / "state")
-    again.ensure("main")  # a daemon starting: no git of its own ran yet, so any lock with no git running is stale
-    assert not branch_lock.exists()
+    again.ensure("main", started_at=time.time())  # a daemon starting: a lock from before it, with no git running,
+    assert not branch_lock.exists()  # was left by a git killed with the previous daemon
     write(repo.work_tree / "hot" / "context.json", '{"a": 1}\n')
     assert again.commit(again.stage(), "after the kill", "", {})
+
+
+def test_a_repository_first_opened_long_after_the_start_leaves_a_fresh_lock_to_the_git_holding_it(
+    tmp_path: Path, repo: GitRepo
+) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    repo.commit(repo.stage(), "first", "", {})
+    branch_lock = repo.git_dir / "refs" / "heads" / "main.lock"
+    branch_lock.write_text("")  # a git of another user, working right now (memd may not see its process)
+    again = locate(repo.work_tree, tmp_path / "state")
+
+    again.ensure("main", started_at=time.time() - 3600)  # the first snapshot, an hour after the daemon started
+    assert branch_lock.exists()
+    again.ensure("main")  # no daemon start known: the same 30 s rule
+    assert branch_lock.exists()
+
+    old = time.time() - 60
+    os.utime(branch_lock, (old, old))
+    again.ensure("main", started_at=time.time() - 3600)
+    assert not branch_lock.exists()  # stale by then
+
+
+def test_moving_head_for_a_sync_keeps_what_a_person_staged_in_paths_the_merge_did_not_change(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+    old = snapshot(repo)
+    write(repo.work_tree / "warm" / "2024-01-01.md", "### 09:00:00 - from the other machine\n")
+    new = snapshot(repo)  # stands for the merge commit a sync made
+    repo.run("update-ref", "HEAD", old)
+    repo.run("read-tree", old)
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n\n## Mine\n- [2024-01-01] staged by hand\n")
+    repo.run("add", "cold/MEMORY.md")  # what a person staged in an adopted repository
+
+    gitsync.move_head(repo, new, old)
+
+    assert repo.head() == new
+    assert repo.run("diff", "--cached", "--name-only").decode().split() == ["cold/MEMORY.md"]
+    assert b"warm/2024-01-01.md" in repo.run("ls-files", "--stage")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memd.merge_driver import kind_of, main, merge, merge_cold, merge_lines, merge_warm
-from memd.tiers import cold_format, warm_format
+from memd.merge_driver import kind_of, main, merge, merge_cold, merge_proposed, merge_warm
+from memd.tiers import cold_format, proposals_format, warm_format
 
 HEAD = "# Activity Log 2024-03-15 (UTC+00:00, UTC)\n\n"
 
@@ -208,9 +208,61 @@ def test_hot_is_ours() -> None:
     )
 
 
-def test_proposed_is_a_union_of_lines() -> None:
-    merged = merge_lines(b"# P\n", b"# P\n- [2024-03-01] a\n", b"# P\n- [2024-03-01] b\n")
-    assert merged == b"# P\n- [2024-03-01] a\n- [2024-03-01] b\n"
+def proposal(pid: str, category: str, text: str, kind: str = "decision") -> proposals_format.Proposal:
+    return proposals_format.Proposal(pid, category, "2024-03-01", text, "2024-03-01", "10:00:00", "did it", kind)
+
+
+def proposals(*items: proposals_format.Proposal) -> bytes:
+    text = ""
+    for item in items:
+        text = proposals_format.insert(text, item)
+    return text.encode()
+
+
+def parsed(data: bytes) -> list[tuple[str, str, str, str]]:
+    return [(p.id, p.category, p.text, p.kind) for p in proposals_format.parse(data.decode())]
+
+
+def test_proposed_keeps_both_sides_proposals_whole_under_their_own_sections() -> None:
+    a = proposal("p-aaaaaaaa", "Decisions", "use sqlite")
+    base = proposals(a)
+    ours = proposals(a, proposal("p-bbbbbbbb", "Fixes", "pin the parser", "fix"))
+    theirs = proposals(a, proposal("p-cccccccc", "Decisions", "drop python 3.9"))
+
+    merged = merge_proposed(base, ours, theirs)
+
+    assert parsed(merged) == [
+        ("p-aaaaaaaa", "Decisions", "use sqlite", "decision"),
+        ("p-cccccccc", "Decisions", "drop python 3.9", "decision"),  # under its section, with its kind
+        ("p-bbbbbbbb", "Fixes", "pin the parser", "fix"),
+    ]
+    assert merged.count(b"## Decisions") == 1
+    assert merge("proposed", base, ours, theirs).data == merged
+
+
+def test_proposed_new_on_both_sides_is_kept_once_and_a_new_section_comes_whole() -> None:
+    same = proposal("p-dddddddd", "Decisions", "same on both")
+    theirs_only = proposal("p-eeeeeeee", "Ops", "rotate logs", "notable")
+
+    merged = merge_proposed(b"", proposals(same), proposals(same, theirs_only))
+
+    assert parsed(merged) == [
+        ("p-dddddddd", "Decisions", "same on both", "decision"),
+        ("p-eeeeeeee", "Ops", "rotate logs", "notable"),
+    ]
+    assert b"## Ops\n- [2024-03-01] rotate logs\n  - id: p-eeeeeeee\n" in merged
+
+
+def test_proposed_accepted_or_rejected_on_one_side_stays_gone() -> None:
+    a, b = proposal("p-aaaaaaaa", "Decisions", "use sqlite"), proposal("p-bbbbbbbb", "Decisions", "keep it")
+    base = proposals(a, b)
+
+    assert parsed(merge_proposed(base, proposals(a, b), proposals(b))) == [
+        ("p-bbbbbbbb", "Decisions", "keep it", "decision")
+    ]
+    assert parsed(merge_proposed(base, proposals(b), proposals(a, b))) == [
+        ("p-bbbbbbbb", "Decisions", "keep it", "decision")
+    ]
 
 
 @pytest.mark.parametrize(
