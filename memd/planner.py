@@ -61,7 +61,7 @@ class TierPlanner:
         self.timezone = timezone
         self.tz = ZoneInfo(timezone)
 
-    def plan(self, requests: Sequence[Request], replans: int = 0) -> Batch:
+    def plan(self, requests: Sequence[Request], replans: int) -> Batch:
         """Apply each request's edit to a draft and turn the draft into file writes. A request whose edit raises
         fails alone (its part of the draft is undone); one already failed or cancelled in an earlier plan of the
         same requests is not run again. A batch the disk would refuse comes back with `refused` set."""

@@ -20,7 +20,7 @@ from hot_files import context_file, own_file, read_hot
 from memd import fsio
 from memd.batch import Draft
 from memd.config import WorkspaceConfig
-from memd.errors import StorageError
+from memd.errors import CorruptFile, StorageError
 from memd.tiers import hot_format, warm_format
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -490,3 +490,25 @@ def test_a_cancelled_adoption_keeps_the_writer_waiting_until_the_stores_are_whol
 
     text = memory.read_text(encoding="utf-8")
     assert "a person's correction" in text and "memd's second" in text and "memd's first" in text
+
+
+def test_a_request_that_failed_in_the_first_plan_is_not_run_again_and_the_rest_are_planned_again(
+    ws: Workspace, person_io: PersonBeforePublish
+) -> None:
+    write(ws, note("first"))
+    own = own_file(ws.root)
+    person = json.loads(own.read_bytes())
+    person["notes"][0]["text"] = "first, corrected by a person"
+    person_io.edits.append(lambda: rename_over(own, json.dumps(person).encode()))
+    runs = {"failing": 0}
+
+    def failing(draft: Draft) -> None:
+        runs["failing"] += 1
+        raise CorruptFile("refused")
+
+    results = write(ws, failing, note("second"), note("third"))
+
+    assert isinstance(results[0], CorruptFile) and runs["failing"] == 1  # not run again in the re-plan
+    assert not [r for r in results[1:] if isinstance(r, BaseException)]
+    assert [n["text"] for n in read_hot(ws.root)["notes"]] == ["first, corrected by a person", "second", "third"]
+    assert ws.health.replans == 1

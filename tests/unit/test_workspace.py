@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
+import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from clocks import START, FixedClock
@@ -20,7 +23,7 @@ from hot_files import own_file, read_hot
 
 from memd import fsio
 from memd.batch import Draft
-from memd.config import BudgetConfig, WarmConfig, WorkspaceConfig
+from memd.config import BudgetConfig, LimitsConfig, WarmConfig, WorkspaceConfig
 from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
 from memd.tiers import cold_format, hot_format, proposals_format, warm_format
 from memd.tokens import TokenCounter
@@ -595,3 +598,138 @@ def test_a_draft_without_a_proposals_file_says_so() -> None:
 
     with pytest.raises(RuntimeError, match="this draft has no proposals file"):
         draft.edit_proposals()
+
+
+# --- the planner and the writer: what each batch leaves behind -----------------------------------------------
+
+
+class RecordingSink:
+    """The change sink a daemon gives a workspace, recording what it is told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[frozenset[str], str]] = []
+
+    def registered(self, ws: Workspace) -> None:
+        pass
+
+    def changed(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
+        self.told.append((tiers, origin))
+
+    async def before_destructive(self, ws: Workspace, why: str) -> None:
+        return None
+
+
+def test_every_batch_is_acknowledged_leaves_the_stores_as_the_files_and_names_the_tiers_it_changed(
+    make_workspace: Callable[..., Workspace],
+) -> None:
+    sink = RecordingSink()
+    ws = make_workspace(sink=sink)
+    proposal_text = proposals_format.insert("", proposal("p-0000000a", "kept"))
+
+    def propose(draft: Draft) -> None:
+        draft.edit_proposals()
+        draft.proposals = proposal_text
+
+    batches = [(log("entry"),), (note("a note"),), (learn("Ops", "a learning"),), (propose,)]
+    results = [run(*edits, ws=ws) for edits in batches]
+
+    assert not [r for rs in results for r in rs if isinstance(r, BaseException)], results
+    assert sink.told == [(frozenset({tier}), "write") for tier in ("warm", "hot", "cold", "cold")]
+    assert ws.looks_changed() is False  # memd's own writes are never taken for someone else's
+    assert ws.health.replans == 0 and ws.health.batches == 4 and ws.health.writes == 4
+    assert read_hot(ws.root) == ws.hot.doc and ws.hot.tokens == ws.hot.count(ws.hot.doc)
+    assert ws.cold.text == memory_md(ws).read_text(encoding="utf-8")
+    assert ws.cold.tokens == ws.counter.count(ws.cold.text)
+    assert ws.proposals.text == proposal_text
+    assert [e.action for e in ws.warm.entries_for(START.date())] == ["entry"]
+    assert ws.usage()["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
+
+
+def test_tokens_not_counted_ahead_are_counted_when_the_batch_is_published(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls = {"n": 0}
+    real_count = ws.warm.count_append
+
+    def warm_count_failing_first(write: fsio.FileWrite) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:  # the count taken while the worker writes (hot's is not tried after it)
+            raise RuntimeError("tokenizer hiccup")
+        return real_count(write)
+
+    monkeypatch.setattr(ws.warm, "count_append", warm_count_failing_first)
+
+    with caplog.at_level("ERROR", logger="memd.planner"):
+        results = run(note("a note"), log("entry"), ws=ws)
+
+    assert not [r for r in results if isinstance(r, BaseException)]
+    assert ws.hot.tokens == ws.hot.count(ws.hot.doc)
+    assert ws.usage()["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
+    assert [r.getMessage() for r in caplog.records] == ["workspace alpha: counting tokens ahead failed"]
+
+
+def test_an_edit_that_fails_with_a_bug_is_logged_with_its_workspace_and_a_refusal_is_not(
+    ws: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    def bug(draft: Draft) -> None:
+        raise ValueError("a bug in an edit")
+
+    def refusal(draft: Draft) -> None:
+        raise CorruptFile("hot/context.json is not valid JSON")
+
+    with caplog.at_level("ERROR", logger="memd.planner"):
+        results = run(bug, refusal, log("after both"), ws=ws)
+
+    assert isinstance(results[0], ValueError) and isinstance(results[1], CorruptFile)
+    assert not isinstance(results[2], BaseException)
+    assert [r.getMessage() for r in caplog.records] == ["workspace alpha: an edit failed"]
+
+
+def test_a_day_file_memd_must_not_append_to_fails_the_batch_and_writes_nothing(ws: Workspace) -> None:
+    day_file(ws).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(day_file(ws))  # today's log is a FIFO: never opened, never followed
+
+    results = run(log("entry"), note("a note in the same batch"), ws=ws)
+
+    assert all(isinstance(r, StorageError) for r in results), results
+    assert "notes" not in read_hot(ws.root) or read_hot(ws.root)["notes"] == []
+
+
+@pytest.mark.parametrize(
+    ("limit", "key", "edit"),
+    [
+        ("hot_max_bytes", "hot_max_bytes", note("x" * 600)),
+        ("cold_max_bytes", "cold_max_bytes", learn("Ops", "x" * 600)),
+    ],
+)
+def test_a_batch_that_would_pass_a_size_cap_fails_naming_the_cap_and_the_file_and_one_at_it_is_written(
+    make_workspace: Callable[..., Workspace], limit: str, key: str, edit: Callable[[Draft], Any]
+) -> None:
+    probe = make_workspace()
+    run(edit, ws=probe)
+    path = context_json(probe) if limit == "hot_max_bytes" else memory_md(probe)
+    if limit == "hot_max_bytes":
+        path = own_file(probe.root)  # the note goes to hot/memd.json
+    exact = len(path.read_bytes())
+    shutil.rmtree(probe.root)
+
+    at_cap = make_workspace(limits=LimitsConfig(**{limit: exact}))  # type: ignore[arg-type]
+    assert not isinstance(run(edit, ws=at_cap)[0], BaseException)  # exactly at the cap is allowed
+    shutil.rmtree(at_cap.root)
+
+    over = make_workspace(limits=LimitsConfig(**{limit: exact - 1}))  # type: ignore[arg-type]
+    [result] = run(edit, ws=over)
+
+    assert isinstance(result, StorageError) and result.data == {"errno": errno.EFBIG}
+    assert f"[limits] {key} ({exact - 1} bytes)" in result.message and str(path) in result.message
+
+
+def test_a_reloaded_time_zone_decides_the_day_and_the_header_of_the_next_entry(ws: Workspace) -> None:
+    tokyo = WorkspaceConfig("alpha", ws.root, warm=WarmConfig(timezone="Asia/Tokyo"))
+    ws.reconfigure(tokyo)
+
+    run(log("entry in Tokyo"), ws=ws)
+
+    local = START.astimezone(ZoneInfo("Asia/Tokyo"))
+    text = (ws.root / "warm" / f"{local.date().isoformat()}.md").read_text(encoding="utf-8")
+    assert "Asia/Tokyo" in text.splitlines()[0] and "entry in Tokyo" in text
