@@ -182,6 +182,18 @@ VARIANTS = (
 )
 
 
+def _wait_for_start_up_indexing(d: Daemon, timeout: float = 30.0) -> None:
+    """Idle means idle: the search index's first pass over every day file (started at READY, ~0.5 s for 3,000
+    files here) is start-up work, not what an idle daemon costs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        search = _fresh_status(d, summary=True)[1]["search"]
+        started = search.get("passes", 0) >= 1 or not search.get("enabled")
+        if started and not search.get("pending") and not search.get("indexing"):
+            return
+        time.sleep(0.1)
+
+
 def _fresh_status(d: Daemon, **params: Any) -> tuple[float, Any]:
     with d.client() as c:
         return c.timed("status", **params)
@@ -202,6 +214,7 @@ def _scale_once(v: Variant, paths: list[Path], idle_seconds: float, m: dict[str,
         m.setdefault("ready", []).append(d.ready_seconds if d.ready_seconds is not None else float("nan"))
         m.setdefault("rss", []).append(proc_rss_kib(d.pid) / 1024)
         threads = proc_threads(d.pid)
+        _wait_for_start_up_indexing(d)
         cpu0 = proc_cpu_seconds(d.pid)
         time.sleep(idle_seconds)
         cpu1 = proc_cpu_seconds(d.pid)
