@@ -21,7 +21,7 @@ from memd import fsio
 from memd.batch import Draft
 from memd.config import WorkspaceConfig
 from memd.errors import CorruptFile, StorageError
-from memd.tiers import hot_format, warm_format
+from memd.tiers import hot_format, proposals_format, warm_format
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -511,4 +511,49 @@ def test_a_request_that_failed_in_the_first_plan_is_not_run_again_and_the_rest_a
     assert isinstance(results[0], CorruptFile) and runs["failing"] == 1  # not run again in the re-plan
     assert not [r for r in results[1:] if isinstance(r, BaseException)]
     assert [n["text"] for n in read_hot(ws.root)["notes"]] == ["first, corrected by a person", "second", "third"]
+    assert ws.health.replans == 1
+
+
+def in_place_keeping_the_stamp(path: Path, old: bytes, new: bytes) -> None:
+    """Rewrite `path` in place with bytes of the same length and put its mtime back: its fingerprint (size,
+    mtime, inode) stays what memd recorded, so only a comparison of the content can see the edit."""
+    assert len(old) == len(new)
+    st = path.stat()
+    data = path.read_bytes()
+    assert old in data
+    with open(path, "r+b") as f:
+        f.write(data.replace(old, new))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def propose(pid: str, text: str) -> Callable[[Draft], Any]:
+    def edit(draft: Draft) -> None:
+        p = proposals_format.Proposal(pid, "Ops", START.date().isoformat(), text, kind="notable")
+        draft.proposals = proposals_format.insert(draft.edit_proposals(), p)
+
+    return edit
+
+
+@pytest.mark.parametrize("tier", ["hot", "cold", "proposals"])
+def test_an_edit_the_fingerprint_cannot_see_is_read_again_once_the_publish_finds_it(
+    ws: Workspace, person_io: PersonBeforePublish, tier: str
+) -> None:
+    if tier == "hot":
+        write(ws, note("first note"))
+        path, old, new, edit = own_file(ws.root), b"first note", b"FIRST NOTE", note("second")
+    elif tier == "proposals":
+        write(ws, propose("p-00000001", "first proposal"))
+        path, old, new = ws.root / "cold" / "PROPOSED.md", b"first proposal", b"FIRST PROPOSAL"
+        edit = propose("p-00000002", "second")
+    else:
+        write(ws, lambda d: d.learn("Ops", "first learning"))
+        path, old, new = ws.root / "cold" / "MEMORY.md", b"first learning", b"FIRST LEARNING"
+        edit = lambda d: d.learn("Ops", "second")  # noqa: E731
+    person_io.edits.append(lambda: in_place_keeping_the_stamp(path, old, new))
+
+    results = write(ws, edit)
+
+    assert not isinstance(results[0], BaseException), results
+    text = path.read_bytes()
+    assert new in text and b"second" in text  # the person's edit kept, memd's added on top of it
     assert ws.health.replans == 1

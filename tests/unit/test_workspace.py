@@ -622,7 +622,7 @@ class RecordingSink:
 
 
 def test_every_batch_is_acknowledged_leaves_the_stores_as_the_files_and_names_the_tiers_it_changed(
-    make_workspace: Callable[..., Workspace],
+    make_workspace: Callable[..., Workspace], caplog: pytest.LogCaptureFixture
 ) -> None:
     sink = RecordingSink()
     ws = make_workspace(sink=sink)
@@ -632,18 +632,24 @@ def test_every_batch_is_acknowledged_leaves_the_stores_as_the_files_and_names_th
         draft.edit_proposals()
         draft.proposals = proposal_text
 
-    batches = [(log("entry"),), (note("a note"),), (learn("Ops", "a learning"),), (propose,)]
-    results = [run(*edits, ws=ws) for edits in batches]
+    def look_only(draft: Draft) -> None:  # an edit that reads cold and the proposals and changes neither
+        draft.edit_cold()
+        draft.edit_proposals()
+
+    batches = [(log("entry"),), (note("a note"),), (learn("Ops", "a learning"),), (propose,), (look_only, log("more"))]
+    with caplog.at_level("WARNING"):
+        results = [run(*edits, ws=ws) for edits in batches]
 
     assert not [r for rs in results for r in rs if isinstance(r, BaseException)], results
-    assert sink.told == [(frozenset({tier}), "write") for tier in ("warm", "hot", "cold", "cold")]
+    assert sink.told == [(frozenset({tier}), "write") for tier in ("warm", "hot", "cold", "cold", "warm")]
+    assert caplog.records == []  # nothing went wrong, not even the counting done while the disk works
     assert ws.looks_changed() is False  # memd's own writes are never taken for someone else's
-    assert ws.health.replans == 0 and ws.health.batches == 4 and ws.health.writes == 4
+    assert ws.health.replans == 0 and ws.health.batches == 5 and ws.health.writes == 6
     assert read_hot(ws.root) == ws.hot.doc and ws.hot.tokens == ws.hot.count(ws.hot.doc)
     assert ws.cold.text == memory_md(ws).read_text(encoding="utf-8")
     assert ws.cold.tokens == ws.counter.count(ws.cold.text)
     assert ws.proposals.text == proposal_text
-    assert [e.action for e in ws.warm.entries_for(START.date())] == ["entry"]
+    assert [e.action for e in ws.warm.entries_for(START.date())] == ["entry", "more"]
     assert ws.usage()["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
 
 
@@ -684,12 +690,19 @@ def test_an_edit_that_fails_with_a_bug_is_logged_with_its_workspace_and_a_refusa
 
     assert isinstance(results[0], ValueError) and isinstance(results[1], CorruptFile)
     assert not isinstance(results[2], BaseException)
-    assert [r.getMessage() for r in caplog.records] == ["workspace alpha: an edit failed"]
+    logged = [(r.getMessage(), r.exc_info[0] if r.exc_info else None) for r in caplog.records]
+    assert logged == [("workspace alpha: an edit failed", ValueError)]  # the bug, with its traceback
 
 
-def test_a_day_file_memd_must_not_append_to_fails_the_batch_and_writes_nothing(ws: Workspace) -> None:
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_day_file_memd_must_not_append_to_fails_the_batch_and_writes_nothing(ws: Workspace, kind: str) -> None:
     day_file(ws).parent.mkdir(parents=True, exist_ok=True)
-    os.mkfifo(day_file(ws))  # today's log is a FIFO: never opened, never followed
+    if kind == "fifo":
+        os.mkfifo(day_file(ws))  # today's log is a FIFO: never opened (refused when the batch is written)
+    else:
+        elsewhere = ws.root.parent / "elsewhere.md"
+        elsewhere.write_text("# someone else's file\n", encoding="utf-8")
+        day_file(ws).symlink_to(elsewhere)  # never followed (refused when the batch is planned)
 
     results = run(log("entry"), note("a note in the same batch"), ws=ws)
 
@@ -697,21 +710,30 @@ def test_a_day_file_memd_must_not_append_to_fails_the_batch_and_writes_nothing(w
     assert "notes" not in read_hot(ws.root) or read_hot(ws.root)["notes"] == []
 
 
+def propose_big(draft: Draft) -> None:
+    draft.proposals = proposals_format.insert(draft.edit_proposals(), proposal("p-0000000b", "x" * 600))
+
+
 @pytest.mark.parametrize(
     ("limit", "key", "edit"),
     [
         ("hot_max_bytes", "hot_max_bytes", note("x" * 600)),
         ("cold_max_bytes", "cold_max_bytes", learn("Ops", "x" * 600)),
+        ("cold_max_bytes", "cold_max_bytes", propose_big),  # PROPOSED.md is held to MEMORY.md's cap
     ],
+    ids=["hot", "cold", "proposals"],
 )
 def test_a_batch_that_would_pass_a_size_cap_fails_naming_the_cap_and_the_file_and_one_at_it_is_written(
     make_workspace: Callable[..., Workspace], limit: str, key: str, edit: Callable[[Draft], Any]
 ) -> None:
     probe = make_workspace()
     run(edit, ws=probe)
-    path = context_json(probe) if limit == "hot_max_bytes" else memory_md(probe)
-    if limit == "hot_max_bytes":
+    if edit is propose_big:
+        path = probe.root / "cold" / "PROPOSED.md"
+    elif limit == "hot_max_bytes":
         path = own_file(probe.root)  # the note goes to hot/memd.json
+    else:
+        path = memory_md(probe)
     exact = len(path.read_bytes())
     shutil.rmtree(probe.root)
 
