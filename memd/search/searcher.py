@@ -1,18 +1,21 @@
 """Queries on the search index: ranked hits with their locations and marked snippets. Reads only.
 
 One `Searcher` per SQLite connection (it keeps a scratch FTS5 table for snippets in that connection's temp
-schema): the search thread's writer connection, and the read connection queries use. Imports memd.search.query.
+schema): the search thread's writer connection, and the read connection queries use. Imports memd.search.query
+and memd.errors.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from memd.errors import InvalidParams
 from memd.search import query as q
 
 MARK = ("\u00ab", "\u00bb")  # « »: around each matched term in a snippet
@@ -23,6 +26,13 @@ HEADING_WEIGHT = 2.0  # a match in an entry's heading (action, category) counts 
 # append or a rewrite gets new ids): BM25 is computed per match, so a word in a third of 100,000 entries would
 # otherwise cost ~90 ms. Older matches weigh less anyway (warm decays); more words or `until` reach them.
 CANDIDATES = 500
+# The longest a query may hold its connection. FTS5 matches a phrase by walking the positions of each of its
+# tokens, so a phrase that repeats a token against text that repeats it too costs their product: a 300-character
+# run of one letter searched in a 100,000-character one takes seconds, 2,000 characters minutes and gigabytes.
+# SQLite's progress handler stops such a query between rows; the caller gets a clear error (memory.search) or
+# falls back to substring matching (context.get's topic ranking), and the next query is not held up behind it.
+QUERY_SECONDS = 5.0
+_PROGRESS_STEPS = 1000  # SQLite virtual-machine steps between two looks at the clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +53,27 @@ class Searcher:
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.snip USING fts5(heading, body, tokenize='porter unicode61')"
         )
 
-    def search(self, query: q.Query, f: Filters, limit: int) -> list[dict[str, Any]]:
+    def search(self, query: q.Query, f: Filters, limit: int, seconds: float = QUERY_SECONDS) -> list[dict[str, Any]]:
         """Up to `limit` hits, best first: stemmed-word matches by BM25 times the recency weight, then matches
         only the trigram index finds (substrings: parts of identifiers, CJK), then, for a query with a term under
-        three characters that found nothing as words, a scan."""
+        three characters that found nothing as words, a scan. A query still running after `seconds` is stopped
+        with InvalidParams (see QUERY_SECONDS)."""
+        deadline = time.monotonic() + seconds
+        self.conn.set_progress_handler(lambda: time.monotonic() >= deadline, _PROGRESS_STEPS)
+        try:
+            return self._search(query, f, limit)
+        except sqlite3.OperationalError as exc:
+            if time.monotonic() < deadline:
+                raise
+            raise InvalidParams(
+                f"the search was stopped after {seconds:g} s: its terms match too much repeated text (a long run "
+                "of one character, a phrase repeating a word); search for fewer, shorter or more distinctive words",
+                data={"search": "stopped", "seconds": seconds},
+            ) from exc
+        finally:
+            self.conn.set_progress_handler(None, 0)
+
+    def _search(self, query: q.Query, f: Filters, limit: int) -> list[dict[str, Any]]:
         hits = self._ranked(query, "words", q.words_match(query), f, limit, ())
         if len(hits) < limit:
             seen = tuple(h["_id"] for h in hits)
@@ -124,8 +151,11 @@ class Searcher:
                 "SELECT rowid, snippet(snip, -1, ?, ?, ?, ?) FROM temp.snip WHERE snip MATCH ?",
                 (*MARK, ELLIPSIS, SNIPPET_TOKENS, match),
             ).fetchall()
-        finally:
-            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:  # an interrupted statement may have ended it already
+                self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
         return {int(i): str(text) for i, text in found}
 
     def _count(self, table: str, match: str, cap: int) -> int:

@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
@@ -34,11 +34,11 @@ from typing import Any, TypeVar
 
 from memd.config import SearchConfig
 from memd.debounce import Debouncer
-from memd.errors import Unavailable
+from memd.errors import InvalidParams, Unavailable
 from memd.search import indexer
 from memd.search import query as q
 from memd.search.indexer import ALL_TIERS, Source
-from memd.search.searcher import Filters, Searcher
+from memd.search.searcher import QUERY_SECONDS, Filters, Searcher
 from memd.search.store import Store, fts5_available
 from memd.workspace import Workspace
 
@@ -56,6 +56,7 @@ class Request:
     until: str | None
     limit: int
     offset: int
+    seconds: float = QUERY_SECONDS  # the query is stopped after this long (memd.search.searcher)
 
 
 _PASS = "pass"  # the one key of the debouncer
@@ -117,6 +118,7 @@ class SearchService:
             "documents_indexed": 0,
             "errors": 0,
             "queries": 0,
+            "stopped": 0,
             "rebuilds": 0,
         }
         self.last_pass_seconds = 0.0
@@ -301,12 +303,23 @@ class SearchService:
         built from scratch, or one that failed it), after whatever the search thread is doing."""
         assert self._store is not None
         filters, limit = self._filters(sources, request, today), request.offset + request.limit + 1
+        with self._counting_stops():
+            try:
+                return self._store.search(request.query, filters, limit, request.seconds)
+            except sqlite3.DatabaseError as exc:
+                self._rebuild(exc)
+            self._index({s.name: (s, ALL_TIERS) for s in sources})
+            return self._store.search(request.query, filters, limit, request.seconds)
+
+    @contextlib.contextmanager
+    def _counting_stops(self) -> Iterator[None]:
+        """Count the queries stopped at their deadline: here, on the thread that ran them, since the caller may
+        have given up on them already (the topic ranking's own timeout)."""
         try:
-            return self._store.search(request.query, filters, limit)
-        except sqlite3.DatabaseError as exc:
-            self._rebuild(exc)
-        self._index({s.name: (s, ALL_TIERS) for s in sources})
-        return self._store.search(request.query, filters, limit)
+            yield
+        except InvalidParams:
+            self.stats["stopped"] += 1
+            raise
 
     def _query(self, sources: list[Source], request: Request, today: date) -> list[dict[str, Any]] | None:
         """On the query thread. None: it cannot answer now (the database is being built from scratch, or reading
@@ -319,9 +332,13 @@ class SearchService:
                 self._close_searcher()
                 self._searcher_of = store.generation
                 self._searcher = Searcher(store.read_connection())
-            return self._searcher.search(
-                request.query, self._filters(sources, request, today), request.offset + request.limit + 1
-            )
+            with self._counting_stops():
+                return self._searcher.search(
+                    request.query,
+                    self._filters(sources, request, today),
+                    request.offset + request.limit + 1,
+                    request.seconds,
+                )
         except sqlite3.DatabaseError as exc:
             log.warning("search: reading the index failed (%s); asking the search thread", exc)
             self._close_searcher()
@@ -382,10 +399,12 @@ class SearchService:
         query = q.any_of(topic)
         if query is None or not self.available:
             return None
-        request = Request(query, ("cold",), None, None, 1000, 0)
+        # The deadline goes with the query too: the wait below gives up on it, and the query thread stops by itself
+        # rather than go on holding up the searches behind it.
+        request = Request(query, ("cold",), None, None, 1000, 0, RANK_TIMEOUT_SECONDS)
         try:
             result = await asyncio.wait_for(self.search([ws], request), RANK_TIMEOUT_SECONDS)
-        except (TimeoutError, Unavailable):
+        except (TimeoutError, Unavailable, InvalidParams):
             return None
         except Exception:
             log.exception("search: ranking learnings of %s failed", ws.name)

@@ -24,7 +24,7 @@ from typing import Any
 
 from memd.search import query as q
 from memd.search.documents import DayTail, Doc
-from memd.search.searcher import Filters, Searcher
+from memd.search.searcher import QUERY_SECONDS, Filters, Searcher
 
 SCHEMA_VERSION = 1
 _SCHEMA = f"""
@@ -277,9 +277,9 @@ class Store:
             return int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
         return int(self.conn.execute("SELECT count(*) FROM docs WHERE workspace = ?", (workspace,)).fetchone()[0])
 
-    def search(self, query: q.Query, f: Filters, limit: int) -> list[dict[str, Any]]:
+    def search(self, query: q.Query, f: Filters, limit: int, seconds: float = QUERY_SECONDS) -> list[dict[str, Any]]:
         """A query on the writer's own connection (tests, and the search thread when the reader cannot)."""
-        return self.searcher.search(query, f, limit)
+        return self.searcher.search(query, f, limit, seconds)
 
     def rows(self, workspace: str) -> list[tuple[Any, ...]]:
         """Every document of a workspace, without row ids, in a stable order (tests compare two indexes)."""

@@ -176,6 +176,25 @@ def test_hostile_queries_get_an_answer_or_a_clear_error_and_memd_stays_up(d: Run
     assert d.call("ping")["pong"] is True
 
 
+def test_a_topic_too_costly_to_rank_does_not_hold_up_the_searches_after_it(d: RunningDaemon) -> None:
+    """Found by the fuzz suite: context.get with a 2,049-character topic, ranked against a learning that repeats the
+    same letter, ran for minutes on the query thread (16 GB) after context.get had given up on it, and every
+    memory.search after it waited. Now the ranking query stops at its own deadline: context.get answers (matching
+    substrings instead) and so does the search sent next on the same connection."""
+    with d.client() as c:
+        for i in range(5):
+            c.call("cold.learn", workspace="beta", category="Notes", learning="z" * 100_000 + str(i))
+        c.call("cold.learn", workspace="beta", category="Notes", learning="fuzz learning")
+        stopped = c.call("status")["search"]["stopped"]
+        context = c.call("context.get", workspace="beta", topic="fuzz " + "z" * 2049)
+        assert "fuzz learning" in json.dumps(context)
+        wait_for(lambda: c.call("status")["search"]["stopped"] == stopped + 1, "the ranking query stopped by itself")
+        assert c.call("memory.search", workspace="beta", query="x")["hits"] == []
+        assert [h["snippet"] for h in c.call("memory.search", workspace="beta", query="fuzz")["hits"]] == [
+            "«fuzz» learning"
+        ]
+
+
 def _as_other(path: str, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The answers to `requests`, sent by a forked child running as uid OTHER (standard library only)."""
     read_end, write_end = os.pipe()

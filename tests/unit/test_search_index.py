@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memd import archive, fsio
+from memd.errors import InvalidParams
 from memd.search import documents, indexer, searcher
 from memd.search import query as q
 from memd.search.documents import DayTail
@@ -412,3 +413,28 @@ def test_entries_are_those_the_warm_parser_reads_and_an_append_reads_the_same(pi
     resumed, _ = documents.warm_day(data[tail.offset :], "2026-03-10", tail)
     before = [d for d in whole if d.line_start < tail.line]
     assert before + resumed == whole
+
+
+# --- queries that would hold the connection -------------------------------------------------------------------------
+
+
+def test_a_phrase_repeating_what_the_text_repeats_is_stopped_with_a_clear_error_and_the_next_query_runs(
+    store: Store, tmp_path: Path
+) -> None:
+    """FTS5 matches a phrase position by position, so a run of one letter searched in a longer run costs their
+    product (the fuzz suite found a 2,049-character topic holding the query thread for minutes and 16 GB). The
+    query is stopped at its deadline, the error says what to do, and the connection answers the next query."""
+    root = tmp_path / "alpha"
+    src = source(root)
+    (root / "cold" / "MEMORY.md").write_text(
+        "# Agent Memory\n\n## Notes\n- [2026-03-01] " + "y" * 100_000 + "\n- [2026-03-02] fuzz learning\n",
+        encoding="utf-8",
+    )
+    indexer.sync(store, src, ALL_TIERS, lambda: False)
+    with pytest.raises(InvalidParams, match=r"stopped after 0\.2 s: .*search for fewer, shorter or more distinctive"):
+        store.search(q.parse("y" * 1500), filters(), 20, seconds=0.2)
+    with pytest.raises(InvalidParams, match="stopped after"):
+        store.search(q.any_of("fuzz " + "y" * 1500), filters(), 1000, seconds=0.2)  # context.get's topic ranking
+    assert [h["snippet"] for h in search(store, "fuzz")] == ["«fuzz» learning"]
+    assert not store.conn.in_transaction
+    assert len(search(store, "y" * 20)) == 1  # a shorter run is answered in time: the deadline is per query
