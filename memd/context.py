@@ -77,7 +77,10 @@ def render_hot(doc: HotDoc, counter: TokenCounter, budget: int) -> Section:
     return Section(text, TierUsage(tokens, budget), len(notes) - first_note, first_note + first_decision)
 
 
-MAX_PASSED_OVER = 8  # warm entries too big for what is left of the budget, looked at before the walk stops
+# Warm entries too big for what is left of the budget, looked at before the walk stops. A checkpoint's flush
+# appends one entry per compressed note (about 70 tokens each, with its id, time and checkpoint), so a small warm
+# budget must look past a few dozen of them to the activity beneath; each look is a cached piece, a few µs.
+MAX_PASSED_OVER = 64
 
 # An entry (day, its index in the day, the entry) rendered for the payload, and its token count.
 Piece = Callable[[date, int, WarmEntry], tuple[str, int]]

@@ -222,3 +222,32 @@ def test_recent_days_bigger_together_than_the_parse_bound_are_not_parsed_again_o
     assert sorted(while_loading) == [START.date() - timedelta(days=1), START.date()]
     assert parses == while_loading  # building the context parsed nothing more (the store kept only one of them)
     assert "entry 399" in result["text"]
+
+
+def test_a_small_budget_reaches_the_activity_beneath_a_checkpoints_flush_of_many_notes(counter: TokenCounter) -> None:
+    """A checkpoint appends one `note from hot` entry per compressed note, each bigger than a 100-token budget has
+    room for: the walk passes over them to the older activity that fits (CI once saw a tiny-budget context with
+    no warm entry at all, when an automatic checkpoint flushed twelve notes after the agent's last log)."""
+    day = date(2024, 3, 15)
+    activity = [WarmEntry("09:00:00", f"measured run {i:02d}", (("hit_rate", str(i / 10)),)) for i in range(1, 11)]
+    flush = [
+        WarmEntry(
+            "09:30:00",
+            "note from hot",
+            (
+                ("id", f"n-{i:02d}"),
+                ("ts", "2024-03-15T09:00:00Z"),
+                ("text", f"note {i:02d}: the cache misses on cold start, case {i}"),
+                ("checkpoint", "ckpt-20240315-093000-1a2b"),
+                ("from", "hot"),
+            ),
+        )
+        for i in range(1, 21)
+    ]
+    budget = 60
+    assert all(counter.count(warm_format.render_entry(e)) > budget for e in flush)
+
+    section = render_warm([(day, activity + flush)], counter, budget)
+
+    assert "measured run 10" in section.text and "note from hot" not in section.text
+    assert section.items >= 1 and section.usage.tokens <= budget
