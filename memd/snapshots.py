@@ -23,6 +23,7 @@ Imports memd.gitrepo, memd.workspace, memd.retention (its `Held`), memd.debounce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -189,15 +190,18 @@ class Snapshotter:
             return await self._snapshot_locked(ws, state, reason, trailers)
 
     async def _snapshot_locked(
-        self, ws: Workspace, state: RepoState, reason: str, trailers: dict[str, str] | None
+        self, ws: Workspace, state: RepoState, reason: str, trailers: dict[str, str] | None, held: bool = False
     ) -> tuple[str, bool]:
+        """Commit the workspace as it is; (the commit, True), or (HEAD, False) when nothing changed, or ("", False)
+        when it failed (`state` says why). `held`: the caller holds the writer already (a restore)."""
         loop = asyncio.get_running_loop()
         try:
             ws.check_identity()
             repo = await self._repo(ws, state)
             # A person's git may hold index.lock for as long as their editor is open: wait for it here, without
             # the writer; under the writer, give up quickly and retry later rather than stall acknowledgements.
-            await loop.run_in_executor(self._io, repo.wait_for_index_lock)
+            if not held:
+                await loop.run_in_executor(self._io, repo.wait_for_index_lock)
             dirty, state.dirty = state.dirty, set()
             doc = ws.hot.doc
             all_trailers = {
@@ -211,7 +215,7 @@ class Snapshotter:
             body = f"Task: {doc.get('task') or '(none)'}"
             # Stage and commit under the writer: `commit --only` reads the working tree, so the commit is one
             # consistent state that no batch is half-way through (~10 ms that writes wait, once per settle window).
-            async with ws.exclusive:
+            async with contextlib.nullcontext() if held else ws.exclusive:
                 ws.check_identity()
                 paths = await loop.run_in_executor(self._io, repo.stage, UNDER_WRITER_LOCK_WAIT)
                 rev = (
@@ -362,15 +366,20 @@ class Snapshotter:
         files = await loop.run_in_executor(self._io, repo.files_at, commit, list(paths))
         state = self._states[ws.name]
         async with state.lock:  # before, restore and after form one step: no debounced snapshot between them
-            before, _ = await self._snapshot_locked(ws, state, f"before restore of {commit[:12]}", None)
-            if not before:
-                raise Unavailable(
-                    f"not restoring {ws.name!r}: its current state could not be committed first "
-                    f"({state.last_error or 'unknown error'})"
-                )
-            changed = await ws.restore_files(files, list(paths))
-            trailers = {"Memd-Restored-From": commit}
-            after, created = await self._snapshot_locked(ws, state, f"restore of {commit[:12]}", trailers)
+            # A person's git holding index.lock is waited on without the writer; then the writer is held across
+            # the three: a write acknowledged between the "before" commit and the rewrite would be overwritten
+            # without ever having been committed.
+            await loop.run_in_executor(self._io, repo.wait_for_index_lock)
+            async with ws.exclusive:
+                before, _ = await self._snapshot_locked(ws, state, f"before restore of {commit[:12]}", None, True)
+                if not before:
+                    raise Unavailable(
+                        f"not restoring {ws.name!r}: its current state could not be committed first "
+                        f"({state.last_error or 'unknown error'})"
+                    )
+                changed = await ws.restore_files(files, list(paths), held=True)
+                trailers = {"Memd-Restored-From": commit}
+                after, created = await self._snapshot_locked(ws, state, f"restore of {commit[:12]}", trailers, True)
         self._maybe_split(ws)  # a restored hot/ from before format 2 is split again, after its commit
         if not created and changed:
             raise MemdError(f"restored files but could not commit the result: {state.last_error or 'unknown'}")

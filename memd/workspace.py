@@ -256,9 +256,10 @@ class Workspace:
         """Held while a batch is written; hold it to see (or change) the files with no batch half-way through."""
         return self._exclusive
 
-    async def restore_files(self, files: dict[str, bytes], paths: list[str]) -> list[str]:
-        """Make `paths` hold exactly `files` (relative path -> bytes), durably. Returns the paths changed."""
-        return await self._rewrite_in_worker(lambda: fsio.restore_tree(self.pinned, files, paths))
+    async def restore_files(self, files: dict[str, bytes], paths: list[str], held: bool = False) -> list[str]:
+        """Make `paths` hold exactly `files` (relative path -> bytes), durably. Returns the paths changed.
+        `held`: the caller holds `exclusive` already (a restore that commits before and after under it)."""
+        return await self._rewrite_in_worker(lambda: fsio.restore_tree(self.pinned, files, paths), held)
 
     async def publish_merged(self, publish: Callable[[fsio.PinnedDir], T]) -> T:
         """Run `publish` in a worker while the writer is held, with the workspace directory memd opened: it reads
@@ -267,12 +268,12 @@ class Workspace:
         self.check_identity()
         return await self._rewrite_in_worker(lambda: publish(self.pinned))
 
-    async def _rewrite_in_worker(self, work: Callable[[], T]) -> T:
-        """`work` (which rewrites files outside a batch) in a worker, under the writer, then every tier loaded
-        again. Cancelled meanwhile (a job's timeout, shutdown), the writer stays held until the worker has finished
-        and the tiers are loaded again: a batch let in earlier would append to a file the worker is about to
-        replace from bytes it read before, and the acknowledged append would be lost."""
-        async with self._exclusive:
+    async def _rewrite_in_worker(self, work: Callable[[], T], held: bool = False) -> T:
+        """`work` (which rewrites files outside a batch) in a worker, under the writer (taken here unless `held`),
+        then every tier loaded again. Cancelled meanwhile (a job's timeout, shutdown), the writer stays held until
+        the worker has finished and the tiers are loaded again: a batch let in earlier would append to a file the
+        worker is about to replace from bytes it read before, and the acknowledged append would be lost."""
+        async with contextlib.nullcontext() if held else self._exclusive:
             running = asyncio.get_running_loop().run_in_executor(self._io, work)
             try:
                 return await asyncio.shield(running)

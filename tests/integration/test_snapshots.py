@@ -436,6 +436,50 @@ def test_restore_brings_a_state_back_as_a_new_commit(memd: RunningDaemon) -> Non
     assert rev_b in git(ws, "log", "--format=%H").split()
 
 
+def test_a_restore_never_overwrites_a_write_acknowledged_after_its_before_commit(
+    make_daemon: MakeDaemon, short_root: Path
+) -> None:
+    """The fuzz suite found a restore of HEAD answering "restored files but could not commit the result": a write
+    acknowledged between the restore's "before" commit and its rewrite of the files was overwritten without ever
+    being committed (lost for good), and the "after" state then equalled HEAD. Before-commit, restore and
+    after-commit now hold the writer together: every acknowledged entry is in the files or in git history."""
+    root = short_root / "rw"
+    d = make_daemon("rw", config=base_config(root, workspaces={"w": root / "ws" / "w"}, snapshot=FAST))
+    ws = d.workspace("w")
+    d.call("warm.log", workspace="w", action="entry 0")
+    assert d.call("snapshot.run", workspace="w")["rev"]
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        with d.client() as c:
+            i = 1
+            while not stop.is_set():
+                c.call("warm.log", workspace="w", action=f"entry {i}")
+                acked.append(f"entry {i}")
+                i += 1
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    results = []
+    try:
+        wait_for(lambda: len(acked) > 20, "the writer to be under way")
+        for _ in range(8):
+            results.append(d.call("snapshot.restore", workspace="w", rev="HEAD", paths=["warm"]))
+            count = len(acked)
+            wait_for(lambda count=count: len(acked) > count + 5, "more writes after the restore")
+    finally:
+        stop.set()
+        writer.join(DEADLINE)
+    assert d.call("snapshot.run", workspace="w") is not None
+    assert all(r["after"] for r in results), results
+
+    in_files = "".join(p.read_text(encoding="utf-8") for p in (ws / "warm").glob("*.md"))
+    in_history = git(ws, "log", "-p", "--format=", "--", "warm")
+    missing = [a for a in acked if not re.search(rf"- {a}$", in_files + in_history, re.MULTILINE)]
+    assert not missing, f"{len(missing)} acknowledged entries neither in the files nor in git history: {missing[:5]}"
+
+
 def test_restore_show_and_diff_from_the_command_line(memd: RunningDaemon) -> None:
     ws = memd.workspace("restore_cli")
     memd.call("hot.note", workspace="restore_cli", text="state A")
