@@ -89,15 +89,26 @@ _FILLER = re.compile(r"^(ok|okay|done|noted|thanks|fine|good|great|sure)[.!]?$",
 
 
 _CAMEL = re.compile(r"[a-z][A-Z]")
+# FACT_TOKEN backtracks over a run of word characters from every position in it (a path's `[...]*/` looks for the
+# slash), so a run of n characters costs n^2: 20,000 `x`s took 9 s of the event loop, the fuzz suite's 300,000
+# took the daemon away for minutes. No fact is that long; such runs are left out of scoring and fact checks.
+MAX_FACT_CHARS = 200
+_LONG_RUN = re.compile(rf"\S{{{MAX_FACT_CHARS + 1},}}")
+
+
+def _without_long_runs(text: str) -> str:
+    return _LONG_RUN.sub(" ", text) if len(text) > MAX_FACT_CHARS else text
+
+
 _STAMP = re.compile(r"\[\d{4}-\d\d-\d\d(?:T[\d:]+)?\]|\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d)?(?:[+-]\d\d:\d\d|Z)?")
 
 
 def fact_tokens(text: str) -> set[str]:
     """The identifiers, paths and numbers in `text` (lower-cased): what a summary must keep to be worth applying.
     A lone digit is not a fact; a number with two digits or a unit is. memd's own timestamps and hyphenated plain
-    words (case-sensitive, follow-up) are not facts."""
+    words (case-sensitive, follow-up) are not facts, nor is a run of over MAX_FACT_CHARS characters without a space."""
     found = set()
-    for m in FACT_TOKEN.finditer(_STAMP.sub(" ", text)):
+    for m in FACT_TOKEN.finditer(_STAMP.sub(" ", _without_long_runs(text))):
         token = m.group(0).strip(".,:;-").lower()
         if len(token) >= 2 and not token.replace("-", "").isalpha():
             found.add(token)
@@ -111,7 +122,7 @@ def sentences(text: str) -> list[str]:
 
 
 def _score(sentence: str) -> int:
-    return len(FACT_TOKEN.findall(sentence)) + (2 if _ERRORISH.search(sentence) else 0)
+    return len(FACT_TOKEN.findall(_without_long_runs(sentence))) + (2 if _ERRORISH.search(sentence) else 0)
 
 
 @dataclass

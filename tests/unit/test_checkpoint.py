@@ -28,7 +28,7 @@ from memd.checkpoint_plan import MIN_ALLOTMENT, NOTHING_TO_COMPRESS, entry_key, 
 from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, WorkspaceConfig
 from memd.errors import Busy, CheckpointFailed
 from memd.snapshots import Snapshotter
-from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult
+from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult, fact_tokens
 from memd.tiers import hot_format
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -701,6 +701,25 @@ def test_extractive_summaries_keep_identifiers_numbers_paths_and_errors_from_eve
     for fact in ("src/cache/lru.py", "300 s", "ERR_CONN_RESET", "8443", "keepalive_timeout = 75"):
         assert fact in text, (fact, text)
     assert "Nothing else today" not in text
+
+
+def test_a_note_with_a_huge_run_without_spaces_is_summarized_without_holding_the_loop_for_minutes(
+    counter: TokenCounter,
+) -> None:
+    """The fuzz suite stored 300,000 `x`s as a note; the checkpoint's fact scoring backtracked over the run from
+    every position in it (quadratic: 9 s for 20,000, minutes for 300,000, all on the event loop, every client
+    waiting). Such a run is no fact: it is left out of the scoring, and the facts around it are still kept (this
+    test exceeds pytest's timeout on the quadratic code)."""
+    blob = "x" * 300_000
+    note = f"Stored the fixture {blob}. It lives in tests/data/blob.txt and loading it took 1500 ms."
+    entries = [Entry("n-1", "note", note), Entry("n-2", "note", f"{blob} then ERR_X")]
+
+    text = run(ExtractiveSummarizer(counter).summarize(SummaryRequest(entries, 400))).text
+
+    assert "It lives in tests/data/blob.txt and loading it took 1500 ms." in text, text[:300]
+    assert fact_tokens(note) == {"tests/data/blob.txt", "1500 ms"}
+    path = "src/" + "a" * 192 + ".py"  # 199 characters: up to MAX_FACT_CHARS a run is still read
+    assert fact_tokens(f"{path} and {path}x" + "/b" * 200) == {path}
 
 
 def test_extractive_summaries_carry_earlier_bullets_and_mark_decisions(counter: TokenCounter) -> None:
