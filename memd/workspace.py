@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -274,16 +275,22 @@ class Workspace:
         the worker has finished and the tiers are loaded again: a batch let in earlier would append to a file the
         worker is about to replace from bytes it read before, and the acknowledged append would be lost."""
         async with contextlib.nullcontext() if held else self._exclusive:
-            running = asyncio.get_running_loop().run_in_executor(self._io, work)
             try:
-                return await asyncio.shield(running)
-            except asyncio.CancelledError:
-                while not running.done():  # cancelled again meanwhile: still the worker's end first
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await asyncio.shield(running)
-                raise
+                return await self._in_worker_to_the_end(work)
             finally:
                 self._reload()  # whatever the worker wrote, even when it failed half-way
+
+    async def _in_worker_to_the_end(self, work: Callable[[], T]) -> T:
+        """`work` in a worker; cancelled meanwhile, this still returns (raising CancelledError) only once the
+        worker has finished, so that a caller holding the writer does not let it go while files are rewritten."""
+        running = asyncio.get_running_loop().run_in_executor(self._io, work)
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            while not running.done():  # cancelled again meanwhile: still the worker's end first
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.shield(running)
+            raise
 
     def _reload(self) -> None:
         """Load every tier again after memd itself rewrote files outside a batch (a restore, a sync's merge)."""
@@ -299,7 +306,6 @@ class Workspace:
         A workspace adopted with day files only reports (`held`) until a sweep is run with `confirm`."""
         policy = self.config.warm
         today = self.today()
-        loop = asyncio.get_running_loop()
         outcome = retention.SweepOutcome()
         self.check_identity()
         plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
@@ -320,12 +326,15 @@ class Workspace:
                 # only a day whose candidates were taken above (the same `today`: no day can have joined).
                 again = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
                 plan = retention.SweepPlan(again.directory, tuple(d for d in again.expired if d in promotion.days))
+                # A sweep cut short (the job's timeout, shutdown) keeps the writer until its worker has finished: a
+                # restore or a sync's publish let in meanwhile would rewrite files it is still removing.
+                if policy.mode == "archive":
+                    max_bytes = policy.archive_max_bytes
+                    work = functools.partial(retention.archive_expired, plan, held, max_bytes)
+                else:
+                    work = functools.partial(retention.delete_expired, plan, held)
                 try:
-                    if policy.mode == "archive":
-                        max_bytes = policy.archive_max_bytes
-                        outcome = await loop.run_in_executor(self._io, retention.archive_expired, plan, held, max_bytes)
-                    else:
-                        outcome = await loop.run_in_executor(self._io, retention.delete_expired, plan, held)
+                    outcome = await self._in_worker_to_the_end(work)
                 except OSError as exc:
                     raise StorageError(
                         f"retention sweep of {self.name!r} stopped: {exc.strerror or exc} ({exc.filename or ''}); "

@@ -557,3 +557,51 @@ def test_an_edit_the_fingerprint_cannot_see_is_read_again_once_the_publish_finds
     text = path.read_bytes()
     assert new in text and b"second" in text  # the person's edit kept, memd's added on top of it
     assert ws.health.replans == 1
+
+
+def test_a_cancelled_sweep_keeps_the_writer_until_its_worker_has_removed_the_days(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep cut short (its job's timeout, shutdown) used to let the writer go while its worker was still
+    deleting or archiving: a restore or a sync's publish let in then would rewrite files it was removing. The
+    writer now waits for the worker's end, as a restore's rewrite does."""
+    import threading
+    import time
+
+    from memd import retention
+
+    for name in ("2024-01-01.md", "2024-01-02.md"):
+        (ws.root / "warm" / name).write_text(f"# Activity Log {name[:10]}\n\n### 09:00:00 - old\n", encoding="utf-8")
+    removing = threading.Event()
+    order: list[str] = []
+
+    def slowly(real: Callable[..., Any]) -> Callable[..., Any]:
+        def remove(*args: Any) -> Any:
+            removing.set()
+            time.sleep(0.3)  # many day files: the worker is still at it when the sweep is cancelled
+            outcome = real(*args)
+            order.append("swept")
+            return outcome
+
+        return remove
+
+    monkeypatch.setattr(retention, "delete_expired", slowly(retention.delete_expired))
+    monkeypatch.setattr(retention, "archive_expired", slowly(retention.archive_expired))
+
+    def logged(draft: Draft) -> None:
+        order.append("written")
+        draft.log("after the sweep")
+
+    async def go() -> None:
+        sweep = asyncio.ensure_future(ws.sweep(dry_run=False, confirm=True))
+        await asyncio.get_running_loop().run_in_executor(None, removing.wait)
+        sweep.cancel()
+        written = asyncio.ensure_future(ws.write(logged))
+        with pytest.raises(asyncio.CancelledError):
+            await sweep
+        await written
+
+    asyncio.run(go())
+
+    assert order == ["swept", "written"]
+    assert not (ws.root / "warm" / "2024-01-01.md").exists()
