@@ -130,6 +130,11 @@ class Registry:
         if self.watcher is not None and ws.root not in self._by_root:
             self.watcher.unwatch(ws.root)
         await ws.close()
+        # close() waits for queued writes only: a restore or sweep may still hold the writer, rewriting files. A
+        # reload that serves the same directory again (another name, another encoding) must not let the new
+        # workspace write before that ends: its acknowledged writes would be rewritten.
+        await ws.exclusive.acquire()
+        ws.exclusive.release()
         self._release(ws)
 
     def _refuse(self, ws_config: WorkspaceConfig, why: str) -> None:

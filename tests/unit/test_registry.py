@@ -82,3 +82,31 @@ def test_an_unreadable_directory_under_a_discovery_root_is_skipped(
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_reload_that_moves_a_workspace_waits_for_its_old_writer_before_the_new_one_serves(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    """A restore or sweep holds the old workspace's writer while it rewrites files; a reload that serves the same
+    directory under a new name (or another encoding) opens a second workspace with a writer of its own. Until the
+    old one is let go, the new one must not write: its acknowledged writes would be rewritten by the restore."""
+    registry = registry_of(tmp_path, counter, io)
+    raw = {
+        "daemon": {"state_dir": str(tmp_path / "state")},
+        "workspaces": {"broken": {"path": str(tmp_path / "broken")}, "renamed": {"path": str(tmp_path / "fine")}},
+    }
+    new = parse_config(raw, {"HOME": str(tmp_path)})
+
+    async def go() -> None:
+        old = registry.workspaces["fine"]
+        await old.exclusive.acquire()  # a restore is rewriting the files
+        opened = registry.prepare(new)
+        applying = asyncio.ensure_future(registry.apply(new, opened))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not applying.done() and "renamed" not in registry.workspaces
+        old.exclusive.release()
+        await asyncio.wait_for(applying, 10)
+        assert registry.workspaces["renamed"] is opened["renamed"] and "fine" not in registry.workspaces
+
+    asyncio.run(go())
