@@ -8,7 +8,8 @@ under an overall deadline while writes go on, (3) verify (not empty, not a refus
 target is met, pinned parts untouched), (4) apply through the writer, replacing exactly the compressed entries
 by key and keeping everything written meanwhile, log it to warm, record it in hot, commit the post-state.
 A failure changes nothing, shows in status and backs the workspace off exponentially; a daily token cap stops
-runaway spend. What to compress and the checks on a summary are memd/checkpoint_plan.py. Imports memd.checkpoint_plan,
+runaway spend. What to compress and the checks on a summary are memd/checkpoint_plan.py; finding, showing and
+undoing a checkpoint afterwards, memd/checkpoint_history.py. Imports memd.checkpoint_plan,
 memd.snapshots, memd.workspace, memd.summarizer, the hot format and memd.errors.
 """
 
@@ -25,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memd import checkpoint_history as history
 from memd import fsio
 from memd.batch import Draft
-from memd.checkpoint_flush import entry_key_in, flush_to_warm
+from memd.checkpoint_flush import flush_to_warm
 from memd.checkpoint_plan import (
     NOTHING_TO_COMPRESS,
     Plan,
@@ -39,10 +41,9 @@ from memd.checkpoint_plan import (
     without_fold_line,
 )
 from memd.config import CheckpointConfig
-from memd.errors import Busy, CheckpointFailed, MemdError, NotFound
+from memd.errors import Busy, CheckpointFailed, MemdError
 from memd.snapshots import Snapshotter
 from memd.summarizer import Summarizer, SummaryRequest, SummaryResult
-from memd.tiers import hot_format
 from memd.tiers.hot_format import HotDoc
 from memd.workspace import Workspace
 
@@ -186,7 +187,7 @@ class Checkpointer:
         # Plan from exactly what was committed, so that everything compressed can be read back from pre_commit.
         planned_doc = ws.hot.doc
         if pre_commit:
-            planned_doc = await self._doc_at(ws, pre_commit)
+            planned_doc = await history.doc_at(self.snapshots, ws, pre_commit)
         plan = self.plan(ws, planned_doc)
         self._check_daily_cap(ws, health, plan)
         request = SummaryRequest(plan.entries, plan.summary_allotment, task=str(ws.hot.doc.get("task") or ""))
@@ -425,132 +426,23 @@ class Checkpointer:
         except OSError as exc:
             log.warning("could not save LLM spend to %s: %s", self._spend_file, exc)
 
-    # --- undo ------------------------------------------------------------------------------------------------
+    # --- undo and inspection (memd.checkpoint_history) ------------------------------------------------------
 
     async def undo(self, ws: Workspace, checkpoint_id: str) -> dict[str, Any]:
-        """Put back what checkpoint `checkpoint_id` compressed and its previous summary, keeping every write made
-        since (not a rollback of the file), as a new commit. Only the newest applied summary can be undone: a
-        later checkpoint folded this one's summary into its own, so undo that one first."""
+        """Put back what checkpoint `checkpoint_id` compressed (memd.checkpoint_history.undo); not while a checkpoint
+        of the workspace runs, and automatic checkpoints are held afterwards until hot grows again."""
         health = self.health.setdefault(ws.name, Health())
         if health.in_flight:
             raise Busy(f"a checkpoint of {ws.name!r} is running; undo it once it has finished")
-        record = await self.find_record(ws, checkpoint_id)
-        if not record.get("pre_commit"):
-            raise CheckpointFailed(
-                f"checkpoint {checkpoint_id!r} has no pre-state commit (snapshots were disabled): nothing to undo from"
-            )
-        before = await self._doc_at(ws, record["pre_commit"])
-        written = (
-            str((await self._doc_at(ws, record["post_commit"])).get("summary") or "")
-            if record.get("post_commit")
-            else None
-        )
-        by_list = record.get("compressed_by_list")
-        every = {k for k in record.get("compressed") or [] if k != "summary"}
-        originals = {
-            field: [
-                e
-                for k, e in keyed(list(before.get(field) or []))
-                if k in (set(by_list.get(field) or []) if isinstance(by_list, dict) else every)
-            ]
-            for field in ("notes", "decisions")
-        }
-        digest = record.get("summary_sha256")
-        if not digest and written is None:
-            raise CheckpointFailed(
-                f"checkpoint {checkpoint_id!r} has neither a summary digest nor a post-state commit, so memd cannot "
-                "tell whether its summary is still the one in place; restore from git instead (memd history)"
-            )
-        undo_id = checkpoint_id
-
-        def apply(draft: Draft) -> dict[str, Any]:
-            doc = draft.edit_hot()
-            current = str(doc.get("summary") or "")
-            if (hashlib.sha256(current.encode()).hexdigest() != digest) if digest else (current != written):
-                raise CheckpointFailed(
-                    f"the summary of {ws.name!r} is no longer the one checkpoint {undo_id} wrote (a later checkpoint "
-                    "or an edit replaced it); undo the later checkpoint first, or restore from git"
-                )
-            new = dict(doc)
-            restored = 0
-            for part in ("notes", "decisions"):
-                present = {k for k, _ in keyed(list(doc.get(part) or []))}
-                back = [e for e in originals[part] if not entry_key_in(e, present)]
-                restored += len(back)
-                new[part] = back + list(doc.get(part) or [])  # the compressed entries are the older ones
-            new["summary"] = str(before.get("summary") or "")
-            records = [dict(r) for r in doc.get("checkpoints") or []]
-            for r in records:
-                if r.get("id") == undo_id:
-                    r["undone_at"] = draft.now.isoformat(timespec="seconds")
-            new["checkpoints"] = records
-            draft.set_hot(new)
-            draft.log("checkpoint-undo", (("id", undo_id), ("restored_entries", str(restored))))
-            return {"id": undo_id, "restored_entries": restored}
-
-        result = await ws.write(apply)
-        commit, _ = await self.snapshots.snapshot(ws, "checkpoint undo", {"Memd-Checkpoint-Undone": undo_id})
+        result = await history.undo(self.snapshots, ws, checkpoint_id)
         health.held_until_tokens = ws.hot.tokens
-        result.update(commit=commit, tokens=ws.hot.tokens)
         return result
 
     async def find_record(self, ws: Workspace, checkpoint_id: str) -> dict[str, Any]:
-        """A checkpoint record: from hot (the newest ten), else from the git history of hot/ (hot/memd.json, or
-        hot/context.json before format 2)."""
-        for r in ws.hot.doc.get("checkpoints") or []:
-            if r.get("id") == checkpoint_id:
-                return dict(r)
-        if self.snapshots.config.enabled:
-            for commit in await self.snapshots.history(ws, "hot", 10_000):
-                if checkpoint_id not in json.dumps(commit):
-                    continue
-                with contextlib.suppress(MemdError, ValueError):
-                    doc = await self._doc_at(ws, str(commit.get("commit") or ""))
-                    for r in doc.get("checkpoints") or []:
-                        if r.get("id") == checkpoint_id:
-                            return dict(r)
-        raise NotFound(f"no checkpoint {checkpoint_id!r} in {ws.name!r} (hot or git history); see checkpoint.list")
-
-    # --- inspection ------------------------------------------------------------------------------------------
+        return await history.find_record(self.snapshots, ws, checkpoint_id)
 
     async def show(self, ws: Workspace, checkpoint_id: str) -> dict[str, Any]:
-        record = await self.find_record(ws, checkpoint_id)
-        originals: list[dict[str, Any]] = []
-        summary_before = ""
-        summary = str(ws.hot.doc.get("summary") or "")
-        if record.get("pre_commit"):
-            before = await self._doc_at(ws, record["pre_commit"])
-            after = await self._doc_at(ws, record["post_commit"]) if record.get("post_commit") else ws.hot.doc
-            summary = str(after.get("summary") or "")  # the summary this checkpoint wrote
-            for kind, field in (("decision", "decisions"), ("note", "notes")):
-                remaining = {k for k, _ in keyed(list(after.get(field) or []))}
-                originals += [
-                    {"kind": kind, **e} for k, e in keyed(list(before.get(field) or [])) if k not in remaining
-                ]
-            summary_before = str(before.get("summary") or "")
-        return {
-            "record": record,
-            "original_entries": originals,
-            "previous_summary": summary_before,
-            "summary": summary,
-            "undo": f"memd restore {ws.name} {record.get('pre_commit') or '<pre-commit>'} hot",
-        }
-
-    async def _doc_at(self, ws: Workspace, commit: str) -> HotDoc:
-        """The hot document at `commit`: both files merged, as the store reads them; a commit from before format 2
-        has only hot/context.json, which held everything."""
-        parts: list[HotDoc | None] = []
-        for name in (hot_format.CONTEXT_FILE, hot_format.OWN_FILE):
-            path = f"hot/{name}"
-            try:
-                raw = await self.snapshots.show(ws, commit, path)
-            except NotFound:
-                parts.append(None)
-                continue
-            parts.append(hot_format.parse(raw, f"{commit[:12]}:{path}"))
-        if parts == [None, None]:
-            raise NotFound(f"hot/ holds neither {hot_format.CONTEXT_FILE} nor {hot_format.OWN_FILE} at {commit[:12]}")
-        return hot_format.merge(parts[0], parts[1])[0]
+        return await history.show(self.snapshots, ws, checkpoint_id)
 
     def status_for(self, name: str) -> dict[str, Any]:
         h = self.health.get(name)
