@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memd import __version__, listen, notify
+from memd import __version__, listen, notify, status_report
 from memd.changes import Fanout
 from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
@@ -54,12 +54,6 @@ from memd.workspace import Workspace
 log = logging.getLogger("memd")
 
 LOOPS = ("auto", "uvloop", "asyncio")
-# What `status {summary: true}` counts; the names after "workspaces" and "pending_writes" are the problems a
-# workspace is listed for (over_budget once per tier over its budget).
-SUMMARY_COUNTS = (
-    "workspaces", "pending_writes", "write_fault", "identity_error", "file_errors", "over_budget", "snapshot_error",
-    "checkpoint_failing",
-)  # fmt: skip
 
 
 class SystemClock:
@@ -169,88 +163,33 @@ class Daemon:
             "search": self.search.status(),
         }
         if only is not None:
-            self._only(result, set(names))
+            status_report.only_for(result, set(names))
         if not summary:
-            result["workspaces"] = {name: self._workspace_status(served[name]) for name in names}
+            result["workspaces"] = {
+                name: status_report.workspace_status(served[name], self.snapshots, self.checkpoints) for name in names
+            }
             return result
         sync = result["sync"]
         sync["discovered"] = len(sync.get("discovered") or ())  # a count, not thousands of names
-        counts = dict.fromkeys(SUMMARY_COUNTS, 0)
+        counts = dict.fromkeys(status_report.SUMMARY_COUNTS, 0)
         listed: dict[str, Any] = {}
         for name in names:
             ws = served[name]
             counts["workspaces"] += 1
             counts["pending_writes"] += ws.pending
-            problems = self._problems(ws)
+            problems = status_report.problems(ws, self.snapshots, self.checkpoints)
             for problem in problems:
                 counts[problem.partition(":")[0]] += 1
             if problems:
-                listed[name] = {"problems": problems, **self._workspace_status(ws)}
+                listed[name] = {
+                    "problems": problems,
+                    **status_report.workspace_status(ws, self.snapshots, self.checkpoints),
+                }
         result.update(summary=True, counts=counts, workspaces=listed)
         return result
 
-    @staticmethod
-    def _only(result: dict[str, Any], names: set[str]) -> None:
-        """What a peer who may read only `names` is shown of the daemon-wide parts of status: nothing that names
-        or locates another workspace (counts instead of other names and paths)."""
-        reload = result["last_reload"]
-        if reload:
-            shown = {"at": reload.get("at"), "reloaded": reload.get("reloaded")}
-            if "workspaces" in reload:
-                shown["workspaces"] = [n for n in reload["workspaces"] if n in names]
-            result["last_reload"] = shown
-        sync = result["sync"]
-        sync["discovered"] = [n for n in sync.get("discovered") or () if n in names]
-        sync["refused"] = len(sync.get("refused") or {})
-        sync["discovery_conflicts"] = len(sync.get("discovery_conflicts") or {})
-        watcher = sync.get("watcher") or {}
-        if "polled_paths" in watcher:
-            watcher["polled_paths"] = len(watcher["polled_paths"])
-        search = result["search"]
-        search["pending"] = [n for n in search.get("pending") or () if n in names]
-
     def metrics_text(self) -> bytes:
         return self.metrics.exposition()
-
-    def _problems(self, ws: Workspace) -> list[str]:
-        """What `status {summary: true}` lists a workspace for; each name is a key of its `counts`."""
-        problems = []
-        if ws.health.write_fault:
-            problems.append("write_fault")
-        if ws.health.identity_error:
-            problems.append("identity_error")
-        if ws.hot.error is not None or ws.cold.error is not None or ws.warm.errors:
-            problems.append("file_errors")
-        usage = ws.usage_dict()
-        problems += [f"over_budget:{t}" for t, u in usage.items() if u["budget"] and u["tokens"] > u["budget"]]
-        if self.snapshots.status_for(ws.name).get("state") in ("error", "repo-unsafe"):
-            problems.append("snapshot_error")
-        if self.checkpoints.status_for(ws.name).get("consecutive_failures"):
-            problems.append("checkpoint_failing")
-        return problems
-
-    def _workspace_status(self, ws: Workspace) -> dict[str, Any]:
-        errors: dict[str, Any] = {
-            tier: s.error.message for tier, s in (("hot", ws.hot), ("cold", ws.cold)) if s.error is not None
-        }
-        if ws.warm.errors:
-            errors["warm"] = {day.isoformat(): why for day, why in sorted(ws.warm.errors.items())}
-        return {
-            "path": str(ws.root),
-            "usage": ws.usage_dict(),
-            "pending_writes": ws.pending,
-            "writes": ws.health.writes,
-            "batches": ws.health.batches,
-            "write_fault": ws.health.write_fault,
-            "last_write_error": ws.health.last_write_error or None,
-            "last_write_error_at": ws.health.last_write_error_at or None,
-            "replans": ws.health.replans,
-            "identity_error": ws.health.identity_error or None,
-            "file_errors": errors,
-            "last_sweep": ws.last_sweep or None,
-            "snapshot": self.snapshots.status_for(ws.name),
-            "checkpoint": self.checkpoints.status_for(ws.name),
-        }
 
     async def reload(self) -> dict[str, Any]:
         self._notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")

@@ -1,0 +1,82 @@
+"""What `status` says about workspaces: each one's health, the problems `status {summary: true}` lists it for, and
+what a peer who may read only some workspaces is shown of the daemon-wide parts. Pure functions of the workspace
+and its snapshot and checkpoint state; memd.daemon assembles the rest. Imports memd.checkpoint, memd.snapshots
+and memd.workspace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memd.checkpoint import Checkpointer
+from memd.snapshots import Snapshotter
+from memd.workspace import Workspace
+
+# What `status {summary: true}` counts; the names after "workspaces" and "pending_writes" are the problems a
+# workspace is listed for (over_budget once per tier over its budget).
+SUMMARY_COUNTS = (
+    "workspaces", "pending_writes", "write_fault", "identity_error", "file_errors", "over_budget", "snapshot_error",
+    "checkpoint_failing",
+)  # fmt: skip
+
+
+def only_for(result: dict[str, Any], names: set[str]) -> None:
+    """What a peer who may read only `names` is shown of the daemon-wide parts of status: nothing that names
+    or locates another workspace (counts instead of other names and paths)."""
+    reload = result["last_reload"]
+    if reload:
+        shown = {"at": reload.get("at"), "reloaded": reload.get("reloaded")}
+        if "workspaces" in reload:
+            shown["workspaces"] = [n for n in reload["workspaces"] if n in names]
+        result["last_reload"] = shown
+    sync = result["sync"]
+    sync["discovered"] = [n for n in sync.get("discovered") or () if n in names]
+    sync["refused"] = len(sync.get("refused") or {})
+    sync["discovery_conflicts"] = len(sync.get("discovery_conflicts") or {})
+    watcher = sync.get("watcher") or {}
+    if "polled_paths" in watcher:
+        watcher["polled_paths"] = len(watcher["polled_paths"])
+    search = result["search"]
+    search["pending"] = [n for n in search.get("pending") or () if n in names]
+
+
+def problems(ws: Workspace, snapshots: Snapshotter, checkpoints: Checkpointer) -> list[str]:
+    """What `status {summary: true}` lists a workspace for; each name is a key of its `counts`."""
+    problems = []
+    if ws.health.write_fault:
+        problems.append("write_fault")
+    if ws.health.identity_error:
+        problems.append("identity_error")
+    if ws.hot.error is not None or ws.cold.error is not None or ws.warm.errors:
+        problems.append("file_errors")
+    usage = ws.usage_dict()
+    problems += [f"over_budget:{t}" for t, u in usage.items() if u["budget"] and u["tokens"] > u["budget"]]
+    if snapshots.status_for(ws.name).get("state") in ("error", "repo-unsafe"):
+        problems.append("snapshot_error")
+    if checkpoints.status_for(ws.name).get("consecutive_failures"):
+        problems.append("checkpoint_failing")
+    return problems
+
+
+def workspace_status(ws: Workspace, snapshots: Snapshotter, checkpoints: Checkpointer) -> dict[str, Any]:
+    errors: dict[str, Any] = {
+        tier: s.error.message for tier, s in (("hot", ws.hot), ("cold", ws.cold)) if s.error is not None
+    }
+    if ws.warm.errors:
+        errors["warm"] = {day.isoformat(): why for day, why in sorted(ws.warm.errors.items())}
+    return {
+        "path": str(ws.root),
+        "usage": ws.usage_dict(),
+        "pending_writes": ws.pending,
+        "writes": ws.health.writes,
+        "batches": ws.health.batches,
+        "write_fault": ws.health.write_fault,
+        "last_write_error": ws.health.last_write_error or None,
+        "last_write_error_at": ws.health.last_write_error_at or None,
+        "replans": ws.health.replans,
+        "identity_error": ws.health.identity_error or None,
+        "file_errors": errors,
+        "last_sweep": ws.last_sweep or None,
+        "snapshot": snapshots.status_for(ws.name),
+        "checkpoint": checkpoints.status_for(ws.name),
+    }
