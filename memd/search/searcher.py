@@ -49,8 +49,12 @@ class Filters:
 class Searcher:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        # The scratch table for snippets: FTS5 over a temporary table's rows (external content), so that emptying it
+        # is a 'delete-all' that tokenizes nothing, and filling it a 'rebuild' that tokenizes only the few rows.
+        conn.execute("CREATE TABLE IF NOT EXISTS temp.snip_rows(id INTEGER PRIMARY KEY, heading TEXT, body TEXT)")
         conn.execute(
-            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.snip USING fts5(heading, body, tokenize='porter unicode61')"
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.snip USING fts5(heading, body, content='snip_rows', "
+            "content_rowid='id', tokenize='porter unicode61')"
         )
 
     def search(self, query: q.Query, f: Filters, limit: int, seconds: float = QUERY_SECONDS) -> list[dict[str, Any]]:
@@ -142,11 +146,14 @@ class Searcher:
 
     def _snippets(self, match: str, rows: list[tuple[int, str, str]]) -> dict[int, str]:
         """FTS5 snippets of a few rows: they are indexed alone in a temporary table and matched there (asking the
-        big table for a row's snippet loads every match of the query again: ~10 ms for a frequent word)."""
+        big table for a row's snippet loads every match of the query again: ~10 ms for a frequent word; emptying
+        and refilling a plain FTS5 table tokenizes every row twice: 0.44 ms for 21 rows, 0.14 ms this way)."""
         self.conn.execute("BEGIN")  # one transaction: the scratch rows are not each a commit
         try:
-            self.conn.execute("DELETE FROM temp.snip")
-            self.conn.executemany("INSERT INTO temp.snip(rowid, heading, body) VALUES (?, ?, ?)", rows)
+            self.conn.execute("INSERT INTO temp.snip(snip) VALUES ('delete-all')")
+            self.conn.execute("DELETE FROM temp.snip_rows")
+            self.conn.executemany("INSERT INTO temp.snip_rows(id, heading, body) VALUES (?, ?, ?)", rows)
+            self.conn.execute("INSERT INTO temp.snip(snip) VALUES ('rebuild')")
             found = self.conn.execute(
                 "SELECT rowid, snippet(snip, -1, ?, ?, ?, ?) FROM temp.snip WHERE snip MATCH ?",
                 (*MARK, ELLIPSIS, SNIPPET_TOKENS, match),

@@ -46,6 +46,7 @@ CREATE VIRTUAL TABLE grams USING fts5(heading, body, content='docs', content_row
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 _FTS = ("words", "grams")
+READ_CACHE_KIB = 16 * 1024  # the query connection's page cache, at most (see read_connection)
 _COLUMNS = "workspace, file, tier, kind, date, dayn, time, line_start, line_end, heading, body, ref, archived"
 
 
@@ -127,8 +128,12 @@ class Store:
 
     def read_connection(self) -> sqlite3.Connection:
         """Another connection to the database, for queries on another thread (WAL: it reads committed state while
-        the writer goes on)."""
-        return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        the writer goes on). Its page cache holds up to READ_CACHE_KIB: a query ranks up to 500 matches spread over
+        the whole index, and with SQLite's default 2 MiB each of them is a read() from the OS again (a rare word in
+        100,000 entries: 1.3 ms a query with the default, 0.8 ms with 16 MiB)."""
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA cache_size = -{READ_CACHE_KIB}")
+        return conn
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:

@@ -36,6 +36,7 @@ Imports only memd.textfmt.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -61,6 +62,7 @@ _ONE_LINE_ONLY = re.compile("[" + re.escape("\r" + OTHER_LINE_BREAKS) + "]")
 _BACKTICKS = re.compile("`+")
 
 
+@functools.lru_cache(maxsize=4096)  # every read's refresh lists warm/ and parses each name: a few hundred names
 def parse_day_filename(name: str) -> date | None:
     """The day a warm file name stands for: only `YYYY-MM-DD.md` naming a real calendar date."""
     match = DAY_FILE_RE.fullmatch(name)
