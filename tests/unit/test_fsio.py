@@ -1317,3 +1317,130 @@ def test_restore_tree_refuses_a_path_that_is_not_plainly_inside_the_workspace(tm
     assert refused.value.errno == errno.EINVAL and rel in str(refused.value)
     assert not (root / "x").exists() and not (tmp_path / "outside").exists()
     assert not (root / "warm" / "2024-01-01.md").exists()  # refused before anything is written
+
+
+# --- the worker side of a batch and of a restore -----------------------------------------------------------------
+
+
+def restore_root(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    for tier in ("hot", "warm", "cold"):
+        (root / tier).mkdir(parents=True)
+    (root / "hot" / "context.json").write_bytes(b'{"task": "now"}\n')
+    (root / "warm" / "2024-01-01.md").write_bytes(b"# kept as it is\n")
+    (root / "warm" / "2024-01-02.md").write_bytes(b"# newer than the snapshot\n")
+    (root / "cold" / "MEMORY.md").write_bytes(b"# Agent Memory\n- [2024-01-01] now\n")
+    return root
+
+
+def test_restore_tree_writes_what_differs_removes_what_the_snapshot_lacks_and_says_which(
+    tmp_path: Path, journal: Journal
+) -> None:
+    root = restore_root(tmp_path)
+    (root / "warm" / "archive").mkdir()
+    (root / "warm" / "archive" / "2023-12.tar.gz").write_bytes(b"an archive the snapshot lacks")
+    snapshot = {
+        "hot/context.json": b'{"task": "then"}\n',
+        "warm/2024-01-01.md": b"# kept as it is\n",
+        "cold/MEMORY.md": b"# Agent Memory\n",
+        "cold/PROPOSED.md": b"# Proposed\n",  # missing now: created
+    }
+
+    changed = fsio.restore_tree(fsio.PinnedDir.pin(root), snapshot, ["hot", "warm", "cold"])
+
+    assert changed == [
+        "cold/MEMORY.md",
+        "cold/PROPOSED.md",
+        "hot/context.json",
+        "warm/2024-01-02.md",
+        "warm/archive/2023-12.tar.gz",
+    ]  # replaced in path order, then removed tier by tier; the identical day file is not touched
+    assert {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
+    assert ("rename", root / "warm" / "2024-01-01.md") not in journal.ops
+    assert journal.undurable() == []  # every replace and every removal is made durable by a directory fsync
+
+
+def test_restore_tree_removes_only_under_the_paths_it_is_given_and_never_memd_temp_files(tmp_path: Path) -> None:
+    root = restore_root(tmp_path)
+    temp = fsio.temp_name(root / "warm" / "2024-01-03.md")
+    temp.write_bytes(b"a batch's staged file")
+
+    changed = fsio.restore_tree(fsio.PinnedDir.pin(root), {"warm/2024-01-01.md": b"# kept as it is\n"}, ["warm"])
+
+    assert changed == ["warm/2024-01-02.md"]
+    assert temp.exists()
+    assert (root / "hot" / "context.json").exists() and (root / "cold" / "MEMORY.md").exists()  # not in `paths`
+
+
+def test_restore_tree_of_a_single_file_path_removes_that_file_only(tmp_path: Path) -> None:
+    root = restore_root(tmp_path)
+
+    changed = fsio.restore_tree(fsio.PinnedDir.pin(root), {}, ["hot/context.json"])
+
+    assert changed == ["hot/context.json"]
+    assert not (root / "hot" / "context.json").exists()
+    assert (root / "warm" / "2024-01-02.md").exists()
+
+
+def test_restore_tree_leaves_a_symlink_inside_a_tier_alone(tmp_path: Path) -> None:
+    root = restore_root(tmp_path)
+    outside = tmp_path / "outside.md"
+    outside.write_bytes(b"not memd's")
+    (root / "warm" / "link.md").symlink_to(outside)
+
+    changed = fsio.restore_tree(fsio.PinnedDir.pin(root), {}, ["warm"])
+
+    assert changed == ["warm/2024-01-01.md", "warm/2024-01-02.md"]
+    assert (root / "warm" / "link.md").is_symlink() and outside.read_bytes() == b"not memd's"
+
+
+@pytest.mark.parametrize("how", ["written", "removed"])
+def test_restore_tree_refuses_a_symlinked_tier_before_touching_anything(tmp_path: Path, how: str) -> None:
+    root = restore_root(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "2024-01-05.md").write_bytes(b"someone else's")
+    (root / "warm" / "2024-01-01.md").unlink()
+    (root / "warm" / "2024-01-02.md").unlink()
+    (root / "warm").rmdir()
+    (root / "warm").symlink_to(elsewhere)
+    files = {"hot/context.json": b"{}\n"} | ({"warm/2024-01-05.md": b"memd's"} if how == "written" else {})
+
+    with pytest.raises(OSError) as refused:
+        fsio.restore_tree(fsio.PinnedDir.pin(root), files, ["warm"])
+
+    assert refused.value.errno == errno.ELOOP
+    assert str(root / "warm") in str(refused.value)
+    assert (elsewhere / "2024-01-05.md").read_bytes() == b"someone else's"
+    assert (root / "hot" / "context.json").read_bytes() == b'{"task": "now"}\n'  # refused before any write
+
+
+def test_restore_tree_into_a_workspace_directory_swapped_since_it_was_pinned_writes_nothing(tmp_path: Path) -> None:
+    root = restore_root(tmp_path)
+    pinned = fsio.PinnedDir.pin(root)
+    root.rename(tmp_path / "moved")
+    root.mkdir()
+
+    with pytest.raises(OSError):
+        fsio.restore_tree(pinned, {"hot/context.json": b"{}\n"}, ["hot"])
+
+    assert list(root.iterdir()) == []
+
+
+def test_write_batch_makes_a_removed_tier_directory_again_but_never_the_workspace(tmp_path: Path) -> None:
+    root = restore_root(tmp_path)
+    pinned = fsio.PinnedDir.pin(root)
+    (root / "warm" / "2024-01-01.md").unlink()
+    (root / "warm" / "2024-01-02.md").unlink()
+    (root / "warm").rmdir()  # `rm -r warm` by a person
+
+    fsio.write_batch(pinned, [fsio.FileWrite(root / "warm" / "2024-01-03.md", b"# day\n", append=True)])
+
+    assert (root / "warm" / "2024-01-03.md").read_bytes() == b"# day\n"
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    pinned_gone = fsio.PinnedDir.pin(gone)
+    gone.rmdir()
+    with pytest.raises(OSError):
+        fsio.write_batch(pinned_gone, [fsio.FileWrite(gone / "warm" / "2024-01-03.md", b"# day\n", append=True)])
+    assert not gone.exists()
