@@ -483,15 +483,9 @@ class Workspace:
         self._adopting = True
         try:
             async with self._exclusive:
-                work = asyncio.get_running_loop().run_in_executor(self._io, self._refresh_and_count)
-                try:
-                    return await asyncio.shield(work)
-                except asyncio.CancelledError:
-                    # Cancelled (a job's timeout, shutdown): the worker still changes the stores, so the writer
-                    # stays locked until it has finished, never planning a batch on a half-loaded store.
-                    with contextlib.suppress(Exception):
-                        await work
-                    raise
+                # Cancelled (a job's timeout, then shutdown: even twice), the worker still changes the stores, so
+                # the writer stays locked until it has finished, never planning a batch on a half-loaded store.
+                return await self._in_worker_to_the_end(self._refresh_and_count)
         finally:
             self._adopting = False
 

@@ -492,6 +492,45 @@ def test_a_cancelled_adoption_keeps_the_writer_waiting_until_the_stores_are_whol
     assert "a person's correction" in text and "memd's second" in text and "memd's first" in text
 
 
+def test_an_adoption_cancelled_twice_still_keeps_the_writer_until_its_worker_has_finished(ws: Workspace) -> None:
+    import threading
+
+    memory = ws.root / "cold" / "MEMORY.md"
+    write(ws, lambda d: d.learn("Notes", "memd's first"))
+    with memory.open("a", encoding="utf-8") as f:
+        f.write("- [2024-03-15] a person's correction\n")
+    loading, finish = threading.Event(), threading.Event()
+    real_load = ws.cold.load
+
+    def gated_load() -> None:  # the worker reads until the test lets it finish
+        loading.set()
+        finish.wait(30)
+        real_load()
+
+    ws.cold.load = gated_load  # type: ignore[method-assign]
+
+    async def go() -> tuple[bool, bool]:
+        adoption = asyncio.ensure_future(ws.adopt())
+        await asyncio.get_running_loop().run_in_executor(None, loading.wait)
+        adoption.cancel()  # a job's timeout...
+        for _ in range(3):
+            await asyncio.sleep(0)
+        adoption.cancel()  # ...then shutdown: cancelled again while it waits for the worker
+        for _ in range(3):
+            await asyncio.sleep(0)
+        held, done = ws.exclusive.locked(), adoption.done()
+        finish.set()
+        with pytest.raises(asyncio.CancelledError):
+            await adoption
+        return held, done
+
+    held, done = asyncio.run(go())
+
+    assert (held, done) == (True, False)  # the worker still loads the stores: no batch may be planned on them
+    assert not ws.exclusive.locked()
+    assert "a person's correction" in memory.read_text(encoding="utf-8")
+
+
 def test_a_request_that_failed_in_the_first_plan_is_not_run_again_and_the_rest_are_planned_again(
     ws: Workspace, person_io: PersonBeforePublish
 ) -> None:
