@@ -26,11 +26,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
@@ -40,6 +40,7 @@ from memd.retention import Held
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 State = Literal["new", "ok", "disabled", "repo-unsafe", "error"]
 UNDER_WRITER_LOCK_WAIT = 0.5  # seconds a snapshot may wait for index.lock while writes queue behind it
 
@@ -195,6 +196,7 @@ class Snapshotter:
         """Commit the workspace as it is; (the commit, True), or (HEAD, False) when nothing changed, or ("", False)
         when it failed (`state` says why). `held`: the caller holds the writer already (a restore)."""
         loop = asyncio.get_running_loop()
+        dirty: set[str] = set()
         try:
             ws.check_identity()
             repo = await self._repo(ws, state)
@@ -217,16 +219,15 @@ class Snapshotter:
             # consistent state that no batch is half-way through (~10 ms that writes wait, once per settle window).
             async with contextlib.nullcontext() if held else ws.exclusive:
                 ws.check_identity()
-                paths = await loop.run_in_executor(self._io, repo.stage, UNDER_WRITER_LOCK_WAIT)
-                rev = (
-                    await loop.run_in_executor(self._io, repo.commit, paths, subject, body, all_trailers)
-                    if paths
-                    else ""
-                )
+                paths = await self._to_the_end(repo.stage, UNDER_WRITER_LOCK_WAIT)
+                rev = await self._to_the_end(repo.commit, paths, subject, body, all_trailers) if paths else ""
             if not rev:
                 head = await loop.run_in_executor(self._io, _head_or_empty, repo)
                 state.state = "ok"
                 return head, False
+        except asyncio.CancelledError:
+            state.dirty |= dirty  # not known to be committed: the next snapshot or the flush at shutdown commits it
+            raise
         except RepoUnsafe as exc:
             return self._failed(ws, state, "repo-unsafe", exc.message)
         except GitMissing as exc:
@@ -241,6 +242,18 @@ class Snapshotter:
         state.last_reason = reason
         log.debug("workspace %s: snapshot %s (%s)", ws.name, rev[:10], reason)
         return rev, True
+
+    async def _to_the_end(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` (a git command run under the writer) in a worker; cancelled meanwhile, this raises only once
+        the command has finished, so that the writer is not let go while git reads the working tree."""
+        running = asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            while not running.done():  # cancelled again meanwhile: still git's end first
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.shield(running)
+            raise
 
     def _failed(self, ws: Workspace, state: RepoState, kind: State, message: str) -> tuple[str, bool]:
         state.dirty |= set(self.config.paths)  # try again on the next trigger or flush
@@ -377,9 +390,13 @@ class Snapshotter:
                         f"not restoring {ws.name!r}: its current state could not be committed first "
                         f"({state.last_error or 'unknown error'})"
                     )
-                changed = await ws.restore_files(files, list(paths), held=True)
-                trailers = {"Memd-Restored-From": commit}
-                after, created = await self._snapshot_locked(ws, state, f"restore of {commit[:12]}", trailers, True)
+                try:
+                    changed = await ws.restore_files(files, list(paths), held=True)
+                    trailers = {"Memd-Restored-From": commit}
+                    after, created = await self._snapshot_locked(ws, state, f"restore of {commit[:12]}", trailers, True)
+                except asyncio.CancelledError:  # the restored files may be uncommitted: the flush commits them
+                    state.dirty |= {p.split("/")[0] for p in paths}
+                    raise
         self._maybe_split(ws)  # a restored hot/ from before format 2 is split again, after its commit
         if not created and changed:
             raise MemdError(f"restored files but could not commit the result: {state.last_error or 'unknown'}")
