@@ -196,7 +196,6 @@ class Snapshotter:
         """Commit the workspace as it is; (the commit, True), or (HEAD, False) when nothing changed, or ("", False)
         when it failed (`state` says why). `held`: the caller holds the writer already (a restore)."""
         loop = asyncio.get_running_loop()
-        dirty: set[str] = set()
         try:
             ws.check_identity()
             repo = await self._repo(ws, state)
@@ -204,7 +203,10 @@ class Snapshotter:
             # the writer; under the writer, give up quickly and retry later rather than stall acknowledgements.
             if not held:
                 await loop.run_in_executor(self._io, repo.wait_for_index_lock)
-            dirty, state.dirty = state.dirty, set()
+            # The marks stay set until the commit is made: a flush that looks meanwhile (shutdown, without this
+            # repository's lock) sees the workspace as dirty and waits for the lock, and a snapshot cancelled or
+            # failing half-way leaves them for the next one.
+            dirty = set(state.dirty)
             doc = ws.hot.doc
             all_trailers = {
                 "Memd-Reason": reason,
@@ -221,13 +223,11 @@ class Snapshotter:
                 ws.check_identity()
                 paths = await self._to_the_end(repo.stage, UNDER_WRITER_LOCK_WAIT)
                 rev = await self._to_the_end(repo.commit, paths, subject, body, all_trailers) if paths else ""
+            state.dirty -= dirty  # committed (or nothing differed from HEAD); marks set meanwhile stay
             if not rev:
                 head = await loop.run_in_executor(self._io, _head_or_empty, repo)
                 state.state = "ok"
                 return head, False
-        except asyncio.CancelledError:
-            state.dirty |= dirty  # not known to be committed: the next snapshot or the flush at shutdown commits it
-            raise
         except RepoUnsafe as exc:
             return self._failed(ws, state, "repo-unsafe", exc.message)
         except GitMissing as exc:
@@ -246,10 +246,13 @@ class Snapshotter:
     async def _to_the_end(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` (a git command run under the writer) in a worker; cancelled meanwhile, this raises only once
         the command has finished, so that the writer is not let go while git reads the working tree."""
-        running = asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+        job = self._io.submit(fn, *args)
+        running = asyncio.wrap_future(job)
         try:
             return await asyncio.shield(running)
         except asyncio.CancelledError:
+            if job.cancel():  # still queued behind other git work (a push): it never touched the tree
+                raise
             while not running.done():  # cancelled again meanwhile: still git's end first
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.shield(running)
@@ -394,8 +397,8 @@ class Snapshotter:
                     changed = await ws.restore_files(files, list(paths), held=True)
                     trailers = {"Memd-Restored-From": commit}
                     after, created = await self._snapshot_locked(ws, state, f"restore of {commit[:12]}", trailers, True)
-                except asyncio.CancelledError:  # the restored files may be uncommitted: the flush commits them
-                    state.dirty |= {p.split("/")[0] for p in paths}
+                except BaseException:  # cancelled, or failed half-way: restored files may be uncommitted
+                    state.dirty |= {p.split("/")[0] for p in paths}  # the next snapshot or the flush commits them
                     raise
         self._maybe_split(ws)  # a restored hot/ from before format 2 is split again, after its commit
         if not created and changed:

@@ -479,7 +479,7 @@ def test_a_cancelled_adoption_keeps_the_writer_waiting_until_the_stores_are_whol
 
     async def go() -> Any:
         adoption = asyncio.ensure_future(ws.adopt())
-        await asyncio.get_running_loop().run_in_executor(None, loading.wait)
+        assert await asyncio.get_running_loop().run_in_executor(None, loading.wait, 30)
         adoption.cancel()
         learned = asyncio.ensure_future(ws.write(lambda d: d.learn("Notes", "memd's second")))
         with pytest.raises(asyncio.CancelledError):
@@ -511,7 +511,7 @@ def test_an_adoption_cancelled_twice_still_keeps_the_writer_until_its_worker_has
 
     async def go() -> tuple[bool, bool]:
         adoption = asyncio.ensure_future(ws.adopt())
-        await asyncio.get_running_loop().run_in_executor(None, loading.wait)
+        assert await asyncio.get_running_loop().run_in_executor(None, loading.wait, 30)
         adoption.cancel()  # a job's timeout...
         for _ in range(3):
             await asyncio.sleep(0)

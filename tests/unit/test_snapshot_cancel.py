@@ -1,10 +1,12 @@
 """Specification: a snapshot cancelled half-way (a job's timeout, shutdown) loses neither the knowledge of what is
 still uncommitted nor the consistency of what git is committing: the writer stays held until the git command
-under it has finished, and the tiers it was about to commit stay marked, so the next flush commits them."""
+under it has finished, the tiers it was committing stay marked until the commit is made, so the flush at
+shutdown (which looks at the marks) waits for a snapshot in flight instead of skipping its workspace."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,11 +17,14 @@ import pytest
 from clocks import START, FixedClock
 from edits import note
 
+from memd import fsio
 from memd.config import SnapshotConfig, WorkspaceConfig
 from memd.gitrepo import GitRepo
 from memd.snapshots import Snapshotter
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
+
+WAIT = 30.0  # seconds: only a gate never reached gets near this (a hang detector, not a timing check)
 
 
 @pytest.fixture
@@ -29,84 +34,141 @@ def io() -> Iterator[ThreadPoolExecutor]:
     executor.shutdown()
 
 
+@pytest.fixture
+def ws(tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor) -> Workspace:
+    workspace = Workspace(WorkspaceConfig("alpha", tmp_path / "alpha"), counter, FixedClock(START), io)
+    workspace.open()
+    return workspace
+
+
+@pytest.fixture
+def snapshots(tmp_path: Path, io: ThreadPoolExecutor) -> Snapshotter:
+    return Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
+
+
+class Gate:
+    """Holds a function in its worker thread until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.reached, self.open = threading.Event(), threading.Event()
+
+    def around(self, real: Any) -> Any:
+        def gated(*args: Any) -> Any:
+            self.reached.set()
+            assert self.open.wait(WAIT), "the test never opened the gate"
+            return real(*args)
+
+        return gated
+
+    async def wait_reached(self) -> None:
+        reached = await asyncio.get_running_loop().run_in_executor(None, self.reached.wait, WAIT)
+        assert reached, "the gated function was never called"
+
+
+def committed(ws: Workspace, path: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ws.root), "show", f"HEAD:{path}"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
 def test_a_snapshot_cancelled_while_git_commits_keeps_the_writer_until_git_is_done_and_its_tiers_marked(
-    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws = Workspace(WorkspaceConfig("alpha", tmp_path / "alpha"), counter, FixedClock(START), io)
-    ws.open()
-    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
-    committing, finish = threading.Event(), threading.Event()
-    real_commit = GitRepo.commit
+    gate = Gate()
 
-    def gated_commit(self: GitRepo, *args: Any) -> str:  # git is still writing the commit when the job is cancelled
-        committing.set()
-        finish.wait(30)
-        return real_commit(self, *args)
-
-    async def go() -> tuple[bool, bool, set[str], str]:
+    async def go() -> tuple[bool, bool, set[str], int]:
         snapshots.track(ws)
         await snapshots.snapshot(ws, "start")  # the repository exists; from here on a commit is what is tested
         await ws.write(note("to be committed"))
         snapshots.on_change(ws, frozenset({"hot"}), "write")
-        monkeypatch.setattr(GitRepo, "commit", gated_commit)
+        monkeypatch.setattr(GitRepo, "commit", gate.around(GitRepo.commit))
         job = asyncio.ensure_future(snapshots.snapshot(ws, "interval"))
-        await asyncio.get_running_loop().run_in_executor(None, committing.wait)
+        await gate.wait_reached()
         job.cancel()
-        for _ in range(3):
-            await asyncio.sleep(0)
+        await settle()
         held, done = ws.exclusive.locked(), job.done()
-        finish.set()
+        gate.open.set()
         with pytest.raises(asyncio.CancelledError):
             await job
         monkeypatch.undo()
         pending = set(snapshots.repo_state(ws).dirty)
-        rev, made = await snapshots.snapshot(ws, "shutdown flush")
-        return held, done, pending, rev if made else ""
+        await snapshots.flush("shutdown")
+        return held, done, pending, len(snapshots.repo_state(ws).dirty)
 
-    held, done, pending, flushed = asyncio.run(go())
+    held, done, pending, left = asyncio.run(go())
 
     assert (held, done) == (True, False)  # no batch wrote into the tree git was reading
-    assert pending == {"hot"}  # still known as not committed: the flush at shutdown looks at this
-    assert flushed == "" or len(flushed) >= 40  # committed by the cancelled job's git, or by the flush
+    assert pending == {"hot"}  # not known to be committed: the flush at shutdown looks at this
+    assert left == 0
+    assert "to be committed" in committed(ws, "hot/memd.json")
 
 
-def test_a_restore_cancelled_while_it_rewrites_files_leaves_the_restored_tiers_marked_for_the_flush(
-    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+def test_the_flush_at_shutdown_waits_for_a_snapshot_in_flight_instead_of_skipping_its_workspace(
+    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memd import fsio
+    gate = Gate()
 
-    ws = Workspace(WorkspaceConfig("alpha", tmp_path / "alpha"), counter, FixedClock(START), io)
-    ws.open()
-    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
-    rewriting, finish = threading.Event(), threading.Event()
+    async def go() -> bool:
+        snapshots.track(ws)
+        await snapshots.snapshot(ws, "start")
+        await ws.write(note("written just before shutdown"))
+        snapshots.on_change(ws, frozenset({"hot"}), "write")
+        monkeypatch.setattr(GitRepo, "commit", gate.around(GitRepo.commit))
+        job = asyncio.ensure_future(snapshots.snapshot(ws, "interval"))
+        await gate.wait_reached()
+        flushing = asyncio.ensure_future(snapshots.flush("shutdown"))
+        await settle()
+        flushed_early = flushing.done()
+        gate.open.set()
+        await job
+        await flushing
+        return flushed_early
+
+    assert asyncio.run(go()) is False  # it saw the workspace as dirty and waited for the repository's lock
+    assert "written just before shutdown" in committed(ws, "hot/memd.json")
+    assert snapshots.repo_state(ws).dirty == set()
+
+
+@pytest.mark.parametrize("how", ["cancelled", "failed"])
+def test_a_restore_stopped_while_it_rewrites_files_leaves_the_restored_tiers_for_the_flush(
+    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    gate = Gate()
     real_restore = fsio.restore_tree
 
-    def gated_restore(*args: Any) -> list[str]:
-        rewriting.set()
-        finish.wait(30)
-        return real_restore(*args)
+    def restore_then_fail(*args: Any) -> list[str]:  # the disk fills after the files were replaced
+        real_restore(*args)
+        raise OSError(28, "No space left on device")
 
-    async def go() -> tuple[set[str], str, bool]:
+    async def go() -> set[str]:
         snapshots.track(ws)
         await ws.write(note("old"))
         old, _ = await snapshots.snapshot(ws, "start")
         await ws.write(note("new"))
         await snapshots.snapshot(ws, "after new")
-        monkeypatch.setattr(fsio, "restore_tree", gated_restore)
+        monkeypatch.setattr(
+            fsio, "restore_tree", gate.around(real_restore) if how == "cancelled" else restore_then_fail
+        )
         job = asyncio.ensure_future(snapshots.restore(ws, old, ["hot"]))
-        await asyncio.get_running_loop().run_in_executor(None, rewriting.wait)
-        job.cancel()
-        for _ in range(3):
-            await asyncio.sleep(0)
-        finish.set()
-        with pytest.raises(asyncio.CancelledError):
+        if how == "cancelled":
+            await gate.wait_reached()
+            job.cancel()
+            await settle()
+            gate.open.set()
+        with pytest.raises(asyncio.CancelledError if how == "cancelled" else OSError):
             await job
         monkeypatch.undo()
         pending = set(snapshots.repo_state(ws).dirty)
-        rev, made = await snapshots.snapshot(ws, "shutdown flush")
-        return pending, rev, made
+        await snapshots.flush("shutdown")
+        return pending
 
-    pending, rev, made = asyncio.run(go())
+    pending = asyncio.run(go())
 
     assert pending == {"hot"}
-    assert made and len(rev) >= 40  # the restored hot/ is in git after the flush, not only on disk
+    notes = committed(ws, "hot/memd.json")
+    assert "old" in notes and "new" not in notes  # the restored hot/ is in git after the flush, not only on disk
