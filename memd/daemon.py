@@ -270,6 +270,7 @@ class Daemon:
         listen.remove(self.listener)
         self.io.shutdown(wait=True)
         self.git_io.shutdown(wait=False, cancel_futures=True)
+        self.syncer.close()
         if self.notifier is not None:
             self.notifier.close()
         log.info("memd stopped")
@@ -554,4 +555,5 @@ async def run_daemon(config_path: Path | None, env: MutableMapping[str, str], co
     except StartupError:
         daemon.io.shutdown(wait=False)
         daemon.git_io.shutdown(wait=False)
+        daemon.syncer.close()
         raise

@@ -35,7 +35,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,6 +49,7 @@ from memd.snapshots import RepoState, Snapshotter
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
+NETWORK_THREADS = 2  # fetches and pushes at once (each its own workspace's: a repository syncs one round at a time)
 ROUNDS = 3  # fetch-merge-push rounds one sync may take while other machines keep pushing
 PUBLISH_TRIES = 5  # decide-and-publish attempts while people keep saving the files being published
 T = TypeVar("T")
@@ -76,6 +77,11 @@ class Syncer:
         self.snapshots = snapshots
         self.config = config
         self._io = io
+        # Fetch and push wait on the network (up to push_timeout_seconds each, a minute by default) on threads of
+        # their own: on `io`, two workspaces syncing with a dead remote would take every git thread, and a snapshot
+        # of any other workspace, which holds that workspace's writer while git stages and commits, would wait for
+        # a thread, and its writes behind it.
+        self._network = ThreadPoolExecutor(max_workers=NETWORK_THREADS, thread_name_prefix="memd-git-net")
         self._python = python
         self._attributes = attributes_file
         self._seen_sessions: dict[str, set[str]] = {}  # per workspace: other machines' sessions already logged
@@ -86,6 +92,13 @@ class Syncer:
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def _over_network(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._network, fn, *args)
+
+    def close(self) -> None:
+        """memd is stopping: a fetch or push still waiting on the remote is left to its timeout, not waited for."""
+        self._network.shutdown(wait=False, cancel_futures=True)
 
     async def sync_all(self) -> dict[str, str]:
         """Sync every tracked workspace (the scheduled job). Returns each one's state. Each workspace on its own:
@@ -153,7 +166,7 @@ class Syncer:
         if not head and state.last_error:
             raise Unavailable(f"could not commit the workspace before syncing: {state.last_error}")
         timeout = self.config.push_timeout_seconds
-        remote = await self._run(gitsync.fetch, repo, url, self.config.branch, timeout)
+        remote = await self._over_network(gitsync.fetch, repo, url, self.config.branch, timeout)
         report["remote_head"] = remote or None
         new = head
         if remote and remote != head and not (head and await self._ancestor(repo, remote, head)):
@@ -171,7 +184,7 @@ class Syncer:
         report.update(state="ok", head=new or None, error=None, conflicts=[], resolve=[])
         if not new or new == remote:
             return "done"
-        outcome = await self._run(gitsync.push, repo, url, self.config.branch, timeout)
+        outcome = await self._over_network(gitsync.push, repo, url, self.config.branch, timeout)
         if outcome == "diverged":
             return "again"
         state.push_state, state.push_error, state.pushed_head = "ok", "", new

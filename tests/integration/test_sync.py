@@ -660,3 +660,51 @@ def test_credentials_in_the_remote_url_are_never_shown(
         await a.ws.close()
 
     in_loop(test)
+
+
+def test_pushes_stuck_on_a_dead_remote_never_hold_up_another_workspaces_snapshot_and_its_writes(
+    tmp_path: Path, counter: TokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memd's git threads are few (two): two workspaces pushing to a remote that does not answer (up to
+    push_timeout_seconds each) must not leave a third workspace's snapshot, which holds that workspace's writer
+    while git stages and commits, waiting for a git thread, nor its writes waiting behind that snapshot."""
+    remote = make_remote(tmp_path)
+    stuck, release = threading.Event(), threading.Event()
+    real_push = gitsync.push
+    pushing = 0
+
+    def dead_remote_push(*args: Any) -> Any:
+        nonlocal pushing
+        pushing += 1
+        if pushing >= 2:
+            stuck.set()
+        assert release.wait(60), "the test never released the pushes"
+        return real_push(*args)
+
+    async def test() -> None:
+        with (
+            ThreadPoolExecutor(max_workers=4, thread_name_prefix="test-io") as io,
+            ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-git") as git_io,
+        ):  # as in the daemon: fsyncs on one pool, git on its own two threads
+            config = SnapshotConfig(settle_seconds=60, remote=str(remote), sync=True, push_timeout_seconds=60.0)
+            snapshots = Snapshotter(config, tmp_path / "state", git_io)
+            syncer = Syncer(snapshots, config, git_io, sys.executable, tmp_path / "state" / "merge.attributes")
+            spaces = []
+            for name in ("a", "b", "c"):
+                ws = Workspace(WorkspaceConfig(name, tmp_path / "ws" / name), counter, SystemClock(), io)
+                ws.open()
+                snapshots.track(ws)
+                (ws.root / "warm" / "2024-03-01.md").write_text(f"### 09:00:00 - {name}\n\n")
+                spaces.append(ws)
+            a, b, c = spaces
+            monkeypatch.setattr(gitsync, "push", dead_remote_push)
+            syncs = [asyncio.ensure_future(syncer.sync(ws)) for ws in (a, b)]
+            assert await asyncio.get_running_loop().run_in_executor(None, stuck.wait, 60), "the pushes never began"
+            try:
+                await asyncio.wait_for(snapshots.snapshot(c, "interval"), 30)  # a hang detector, not a timing check
+                await asyncio.wait_for(c.write(lambda d: d.learn("Notes", "written meanwhile")), 30)
+            finally:
+                release.set()
+                await asyncio.gather(*syncs, return_exceptions=True)
+
+    in_loop(test)
