@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import pytest
+from clocks import START, FixedClock
 
+from memd.config import WorkspaceConfig
 from memd.tokens import TokenCounter
+from memd.workspace import Workspace
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +26,16 @@ def io() -> Iterator[ThreadPoolExecutor]:
     """The worker threads a Workspace makes its writes durable on."""
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-io") as executor:
         yield executor
+
+
+@pytest.fixture
+def open_alpha(tmp_path: Path, counter: TokenCounter) -> Callable[..., Workspace]:
+    """Workspace "alpha" under tmp_path, opened, on the given I/O executor (a test's own, to act inside its work),
+    at the fixed clock of the tests; keyword arguments go to Workspace (a sink, metrics, limits)."""
+
+    def make(io: Executor, **kwargs: Any) -> Workspace:
+        workspace = Workspace(WorkspaceConfig("alpha", tmp_path / "alpha"), counter, FixedClock(START), io, **kwargs)
+        workspace.open()
+        return workspace
+
+    return make

@@ -13,16 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clocks import START, FixedClock
+from clocks import START
 from edits import note
 from hot_files import context_file, own_file, read_hot
 
 from memd import fsio
 from memd.batch import Draft
-from memd.config import WorkspaceConfig
 from memd.errors import CorruptFile, StorageError
 from memd.tiers import hot_format, proposals_format, warm_format
-from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
 
@@ -223,10 +221,8 @@ def person_io() -> Iterator[PersonBeforePublish]:
 
 
 @pytest.fixture
-def ws(tmp_path: Path, counter: TokenCounter, person_io: PersonBeforePublish) -> Workspace:
-    workspace = Workspace(WorkspaceConfig("alpha", tmp_path / "alpha"), counter, FixedClock(START), person_io)
-    workspace.open()
-    return workspace
+def ws(open_alpha: Callable[..., Workspace], person_io: PersonBeforePublish) -> Workspace:
+    return open_alpha(person_io)
 
 
 def decide(action: str, reason: str) -> Callable[[Draft], Any]:

@@ -8,37 +8,26 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clocks import START, FixedClock
 from edits import note
 
 from memd import fsio
-from memd.config import SnapshotConfig, WorkspaceConfig
+from memd.config import SnapshotConfig
 from memd.gitrepo import GitRepo
 from memd.snapshots import Snapshotter
-from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
 WAIT = 30.0  # seconds: only a gate never reached gets near this (a hang detector, not a timing check)
 
 
 @pytest.fixture
-def io() -> Iterator[ThreadPoolExecutor]:
-    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-io")
-    yield executor
-    executor.shutdown()
-
-
-@pytest.fixture
-def ws(tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor) -> Workspace:
-    workspace = Workspace(WorkspaceConfig("alpha", tmp_path / "alpha"), counter, FixedClock(START), io)
-    workspace.open()
-    return workspace
+def ws(open_alpha: Callable[..., Workspace], io: ThreadPoolExecutor) -> Workspace:
+    return open_alpha(io)
 
 
 @pytest.fixture

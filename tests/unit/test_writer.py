@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clocks import START, FixedClock
+from clocks import START
 from edits import note
 from hot_files import own_file, read_hot
 
 from memd import fsio, writer
-from memd.config import WorkspaceConfig
 from memd.errors import Busy, StorageError
 from memd.retention import Held
-from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
 HANG = 30.0  # seconds: only a writer that never ends its batch gets near this (a hang detector, not a timing check)
@@ -75,15 +73,9 @@ def io() -> Iterator[PersonEveryAttempt]:
     executor.shutdown()
 
 
-def make_ws(root: Path, counter: TokenCounter, io: PersonEveryAttempt, **kwargs: Any) -> Workspace:
-    ws = Workspace(WorkspaceConfig("alpha", root / "alpha"), counter, FixedClock(START), io, **kwargs)
-    ws.open()
-    return ws
-
-
 @pytest.fixture
-def ws(tmp_path: Path, counter: TokenCounter, io: PersonEveryAttempt) -> Workspace:
-    return make_ws(tmp_path, counter, io)
+def ws(open_alpha: Callable[..., Workspace], io: PersonEveryAttempt) -> Workspace:
+    return open_alpha(io)
 
 
 def write(ws: Workspace, *edits: Callable[..., Any]) -> list[Any]:
@@ -273,10 +265,10 @@ def test_a_failure_without_an_errno_is_told_by_its_text_and_the_workspace_direct
 
 
 def test_a_change_sink_that_fails_is_logged_and_the_write_is_still_acknowledged(
-    tmp_path: Path, counter: TokenCounter, io: PersonEveryAttempt, caplog: pytest.LogCaptureFixture
+    open_alpha: Callable[..., Workspace], io: PersonEveryAttempt, caplog: pytest.LogCaptureFixture
 ) -> None:
     sink = FailingSink()
-    ws = make_ws(tmp_path, counter, io, sink=sink)
+    ws = open_alpha(io, sink=sink)
 
     results = write(ws, note("kept"))
 
@@ -288,10 +280,10 @@ def test_a_change_sink_that_fails_is_logged_and_the_write_is_still_acknowledged(
 
 
 def test_metrics_hear_each_durable_batch_with_its_number_of_requests_and_its_seconds(
-    tmp_path: Path, counter: TokenCounter, io: PersonEveryAttempt
+    open_alpha: Callable[..., Workspace], io: PersonEveryAttempt
 ) -> None:
     heard: list[tuple[int, float]] = []
-    ws = make_ws(tmp_path, counter, io, on_batch=lambda n, s: heard.append((n, s)))
+    ws = open_alpha(io, on_batch=lambda n, s: heard.append((n, s)))
 
     write(ws, note("a"), note("b"), note("c"))  # sent together: one batch, one fsync each file
 
@@ -310,12 +302,12 @@ def test_a_reconfigured_queue_limit_applies_to_the_next_write(ws: Workspace) -> 
 
 
 def test_a_metrics_hook_that_fails_is_logged_and_the_write_is_still_acknowledged(
-    tmp_path: Path, counter: TokenCounter, io: PersonEveryAttempt, caplog: pytest.LogCaptureFixture
+    open_alpha: Callable[..., Workspace], io: PersonEveryAttempt, caplog: pytest.LogCaptureFixture
 ) -> None:
     def broken(requests: int, seconds: float) -> None:
         raise ValueError("metrics bug")
 
-    ws = make_ws(tmp_path, counter, io, on_batch=broken)
+    ws = open_alpha(io, on_batch=broken)
 
     results = write(ws, note("kept"))
 
