@@ -21,7 +21,7 @@ from edits import note
 from hot_files import own_file, read_hot
 
 from memd import fsio, writer
-from memd.errors import Busy, StorageError
+from memd.errors import Busy, ShuttingDown, StorageError
 from memd.retention import Held
 from memd.workspace import Workspace
 
@@ -232,6 +232,7 @@ def test_a_failed_write_names_the_reason_and_the_file_and_marks_the_workspace_fa
 ) -> None:
     target = ws.root / "hot" / "context.json"
     failing_fsync(monkeypatch, OSError(errno.EIO, "Input/output error", str(target)))
+    caplog.set_level(logging.INFO)
 
     (failure,) = write(ws, note("lost"))
 
@@ -243,8 +244,10 @@ def test_a_failed_write_names_the_reason_and_the_file_and_marks_the_workspace_fa
     assert ws.health.last_write_error_at == START.isoformat(timespec="seconds")
     assert messages(caplog, logging.ERROR) == [expected]
 
+    caplog.clear()
     assert not isinstance(write(ws, note("kept"))[0], BaseException)
     assert ws.health.write_fault is False  # cleared by the next batch that succeeds
+    assert messages(caplog, logging.INFO) == ["workspace alpha: writes succeed again"]
 
 
 def test_a_failure_without_an_errno_is_told_by_its_text_and_the_workspace_directory(
@@ -327,3 +330,85 @@ def test_a_batch_that_finishes_after_the_loop_closed_is_reported_not_raised(capl
     assert messages(caplog, logging.WARNING) == [
         "a batch finished after the event loop closed; its requests were never acknowledged"
     ]
+
+
+# --- failures that are no one's write: a swapped directory, a bug, shutdown ------------------------------------
+
+
+def test_a_workspace_directory_swapped_under_memd_fails_the_write_and_shows_in_health(ws: Workspace) -> None:
+    write(ws, note("first"))
+    ws.root.rename(ws.root.with_name("moved-away"))
+    ws.root.mkdir()  # another directory under the workspace's name
+
+    (failure,) = write(ws, note("never written into the impostor"))
+
+    assert isinstance(failure, StorageError)
+    assert ws.health.write_fault is True
+    assert ws.health.last_write_error == failure.message != ""
+    assert list(ws.root.iterdir()) == []
+
+
+def asyncio_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "asyncio" and r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("stage", ["plan", "publish"])
+def test_a_bug_in_planning_or_publishing_fails_the_batch_with_it_and_the_writer_goes_on(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stage: str
+) -> None:
+    def bug(*args: Any) -> Any:
+        raise RuntimeError(f"{stage} bug")
+
+    monkeypatch.setattr(ws.planner, stage, bug)
+
+    (failure,) = write(ws, note("fails loudly"))
+
+    assert isinstance(failure, RuntimeError) and str(failure) == f"{stage} bug"
+    records = [r for r in caplog.records if r.name == writer.__name__ and r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in records] == ["workspace alpha: batch failed unexpectedly"]
+    assert records[0].exc_info is not None and records[0].exc_info[1] is failure
+    monkeypatch.undo()
+    assert not isinstance(write(ws, note("after"))[0], BaseException)
+    assert asyncio_errors(caplog) == []
+
+
+@pytest.mark.parametrize("stage", ["plan", "publish"])
+def test_a_cancellation_inside_the_writer_fails_the_batch_as_shutting_down_and_the_writer_goes_on(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stage: str
+) -> None:
+    def cancelled(*args: Any) -> Any:
+        raise asyncio.CancelledError("memd is stopping")
+
+    monkeypatch.setattr(ws.planner, stage, cancelled)
+
+    (failure,) = write(ws, note("not written"))
+
+    assert isinstance(failure, ShuttingDown)
+    expected = "memd is stopping" if stage == "plan" else "memd is shutting down; nothing was written"
+    assert failure.message == expected
+    monkeypatch.undo()
+    assert not isinstance(write(ws, note("after"))[0], BaseException)
+    assert asyncio_errors(caplog) == []  # handled where it happened: nothing raised out of a loop callback
+
+
+def test_a_write_after_the_io_threads_stopped_is_refused_as_shutting_down_and_nothing_is_in_flight(
+    ws: Workspace, io: PersonEveryAttempt
+) -> None:
+    io.shutdown()
+
+    (failure,) = write(ws, note("too late"))
+
+    assert isinstance(failure, ShuttingDown)
+    assert failure.message == (
+        "memd is shutting down (cannot schedule new futures after shutdown); nothing was written"
+    )
+    assert ws.writer.in_flight is None
+
+
+def test_a_write_after_close_is_refused_with_what_to_do(ws: Workspace) -> None:
+    asyncio.run(ws.close())
+
+    (failure,) = write(ws, note("too late"))
+
+    assert isinstance(failure, ShuttingDown)
+    assert failure.message == "memd is shutting down; retry against the restarted daemon"
