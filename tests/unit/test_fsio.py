@@ -1314,9 +1314,28 @@ def test_restore_tree_refuses_a_path_that_is_not_plainly_inside_the_workspace(tm
     with pytest.raises(OSError) as refused:
         fsio.restore_tree(fsio.PinnedDir.pin(root), {rel: b"evil\n", "warm/2024-01-01.md": b"fine\n"}, ["warm"])
 
-    assert refused.value.errno == errno.EINVAL and rel in str(refused.value)
+    assert refused.value.errno == errno.EINVAL
+    assert refused.value.strerror == f"memd does not restore {rel!r}: not a plain path inside the workspace"
+    assert refused.value.filename == rel
     assert not (root / "x").exists() and not (tmp_path / "outside").exists()
     assert not (root / "warm" / "2024-01-01.md").exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize("rel", [".", "..", "", "../ws-sibling", "/tmp"])
+def test_restore_tree_refuses_to_empty_anything_but_a_plain_path_inside_the_workspace(tmp_path: Path, rel: str) -> None:
+    root = tmp_path / "ws"
+    (root / "warm").mkdir(parents=True)
+    (root / "warm" / "2024-01-01.md").write_bytes(b"kept\n")
+    (tmp_path / "ws-sibling").mkdir()
+    (tmp_path / "ws-sibling" / "notes.md").write_bytes(b"someone else's\n")
+    (tmp_path / "beside.md").write_bytes(b"beside the workspace\n")
+
+    with pytest.raises(OSError) as refused:  # `paths` are emptied of what the snapshot lacks: here, everything
+        fsio.restore_tree(fsio.PinnedDir.pin(root), {}, [rel])
+
+    assert (refused.value.errno, refused.value.filename) == (errno.EINVAL, rel)
+    assert (root / "warm" / "2024-01-01.md").read_bytes() == b"kept\n"
+    assert (tmp_path / "ws-sibling" / "notes.md").exists() and (tmp_path / "beside.md").exists()
 
 
 # --- the worker side of a batch and of a restore -----------------------------------------------------------------
@@ -1410,7 +1429,7 @@ def test_restore_tree_refuses_a_symlinked_tier_before_touching_anything(tmp_path
         fsio.restore_tree(fsio.PinnedDir.pin(root), files, ["warm"])
 
     assert refused.value.errno == errno.ELOOP
-    assert str(root / "warm") in str(refused.value)
+    assert refused.value.strerror == f"{root / 'warm'} is a symlink; memd does not restore through it"
     assert (elsewhere / "2024-01-05.md").read_bytes() == b"someone else's"
     assert (root / "hot" / "context.json").read_bytes() == b'{"task": "now"}\n'  # refused before any write
 
@@ -1444,3 +1463,20 @@ def test_write_batch_makes_a_removed_tier_directory_again_but_never_the_workspac
     with pytest.raises(OSError):
         fsio.write_batch(pinned_gone, [fsio.FileWrite(gone / "warm" / "2024-01-03.md", b"# day\n", append=True)])
     assert not gone.exists()
+
+
+def test_restore_tree_refuses_a_symlinked_tier_it_only_writes_into(tmp_path: Path) -> None:
+    root = restore_root(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "cold" / "MEMORY.md").unlink()
+    (root / "cold").rmdir()
+    (root / "cold").symlink_to(elsewhere)
+
+    with pytest.raises(OSError) as refused:  # cold/ is written to, not emptied: it is not among `paths`
+        fsio.restore_tree(fsio.PinnedDir.pin(root), {"cold/MEMORY.md": b"# M\n", "hot/context.json": b"{}\n"}, ["hot"])
+
+    assert refused.value.errno == errno.ELOOP
+    assert refused.value.strerror == f"{root / 'cold'} is a symlink; memd does not restore through it"
+    assert list(elsewhere.iterdir()) == []
+    assert (root / "hot" / "context.json").read_bytes() == b'{"task": "now"}\n'
