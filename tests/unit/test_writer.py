@@ -188,6 +188,37 @@ def test_a_file_held_open_for_writing_is_tried_again_after_doubling_waits_capped
     assert [n["text"] for n in read_hot(ws.root)["notes"]] == ["first", "after"]
 
 
+def test_a_tool_that_held_the_file_open_and_then_wrote_its_change_is_read_once_before_the_next_attempt(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not fsio.RENAMES.supported:
+        pytest.skip("needs renameat2(RENAME_EXCHANGE): only an exchanged file is checked for writers")
+    write(ws, note("first"))
+    own = own_file(ws.root)
+    tool = own.open("r+b")  # a tool opened memd.json for writing before memd's attempt
+    theirs = {**json.loads(own.read_bytes()), "owner": "the tool"}
+    real_check = fsio._held_open_for_writing
+
+    def tool_finishes_right_after_the_check(path: Path) -> bool:
+        busy = real_check(path)
+        if busy and not tool.closed:  # memd saw the writer and waits; the tool's write lands now, in the old file
+            tool.seek(0)
+            tool.write(json.dumps(theirs).encode())
+            tool.truncate()
+            tool.close()
+        return busy
+
+    monkeypatch.setattr(fsio, "_held_open_for_writing", tool_finishes_right_after_the_check)
+
+    results = write(ws, note("second"))
+
+    assert not isinstance(results[0], BaseException)
+    assert ws.health.replans == 1  # the wait ended in a re-read of that file: the next attempt was planned on it
+    on_disk = json.loads(own.read_bytes())
+    assert on_disk["owner"] == "the tool"
+    assert [n["text"] for n in on_disk["notes"]] == ["first", "second"]
+
+
 def test_a_file_that_cannot_be_read_again_fails_the_batch_with_the_reason_and_the_writer_goes_on(
     ws: Workspace, io: PersonEveryAttempt, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
