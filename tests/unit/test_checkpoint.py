@@ -24,7 +24,7 @@ from hot_files import hot_from_git, read_hot
 
 from memd.batch import Draft
 from memd.checkpoint import Checkpointer
-from memd.checkpoint_plan import MIN_ALLOTMENT, NOTHING_TO_COMPRESS, entry_key, without_fold_line
+from memd.checkpoint_plan import MIN_ALLOTMENT, NOTHING_TO_COMPRESS, SECTIONS, entry_key, without_fold_line
 from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, WorkspaceConfig
 from memd.errors import Busy, CheckpointFailed
 from memd.snapshots import Snapshotter
@@ -755,3 +755,227 @@ def test_the_default_extractive_checkpoint_succeeds_at_the_smallest_allotment(
     record = run(checkpointer.run(ws, force=True))
 
     assert record["tokens_after"] <= BUDGET.checkpoint_target * BUDGET.hot
+
+
+# --- applying: the record, the log, what an LLM's rejected summary leaves -------------------------------------------
+
+
+async def set_task(ws: Workspace, task: str) -> None:
+    def apply(draft: Draft) -> None:
+        draft.set_hot({**draft.edit_hot(), "task": task})
+
+    await ws.write(apply)
+
+
+def warm_today(ws: Workspace) -> list[tuple[str, dict[str, str]]]:
+    return [(e.action, dict(e.details)) for e in ws.warm.entries_for(ws.today())]
+
+
+def test_the_record_and_the_log_line_of_a_checkpoint_say_exactly_what_it_compressed(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], counter: TokenCounter
+) -> None:
+    import hashlib
+    import re
+
+    ws = make_workspace()
+    run(set_task(ws, "Rewrite the tokenizer"))
+    run(seeded(ws))
+    before = ws.hot.doc
+    summarizer = Canned(tokens_in=120, tokens_out=30)
+    checkpointer = make_checkpointer(summarizer)
+    plan = checkpointer.plan(ws, before)
+    notes = [e.key for e in plan.entries if e.kind == "note"]
+    decisions = [e.key for e in plan.entries if e.kind == "decision"]
+
+    record = run(checkpointer.run(ws, force=True))
+
+    after = ws.hot.doc
+    assert summarizer.requests[0].task == "Rewrite the tokenizer"
+    assert re.fullmatch(r"ckpt-20240315-093000-[0-9a-f]{4}", record["id"])
+    assert record["at"] == "2024-03-15T09:30:00+00:00"
+    assert (record["tokens_before"], record["tokens_after"]) == (plan.tokens_before, ws.hot.tokens)
+    assert record["entries_compressed"] == len(notes) + len(decisions) > 0
+    assert record["compressed"] == sorted(notes + decisions)  # no summary before this one
+    assert record["compressed_by_list"] == {"notes": sorted(notes), "decisions": sorted(decisions)}
+    assert record["kept_edited"] == []
+    assert record["summary_sha256"] == hashlib.sha256(after["summary"].encode()).hexdigest()
+    assert record["flushed_to_warm"] == len(notes) + len(decisions)  # nothing of them was in the warm log yet
+    assert (record["pre_commit"], record["post_commit"], record["backend"]) == ("", "", "fake")
+    assert (record["llm_tokens_in"], record["llm_tokens_out"]) == (120, 30)
+    assert "rejected" not in record
+    assert after["checkpoints"][-1] == record
+    assert after["summary"].startswith(summarizer.text)
+    assert {n["id"] for n in after["notes"]}.isdisjoint(notes)
+    assert {d["id"] for d in after["decisions"]}.isdisjoint(decisions)
+    logged = [details for action, details in warm_today(ws) if action == "checkpoint"]
+    assert logged == [
+        {
+            "id": record["id"],
+            "tokens_before": str(plan.tokens_before),
+            "tokens_after": str(ws.hot.tokens),
+            "entries_compressed": str(len(notes) + len(decisions)),
+            "pre_commit": "(snapshots disabled)",
+            "backend": "fake",
+        }
+    ]
+    flushed_notes = [d["id"] for a, d in warm_today(ws) if a == "note from hot"]
+    assert sorted(flushed_notes) == sorted(notes)
+
+
+def test_without_flush_to_warm_nothing_compressed_is_appended_to_the_warm_log(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+
+    record = run(make_checkpointer(config=CheckpointConfig(min_fact_coverage=0.0, flush_to_warm=False)).run(ws, True))
+
+    assert record["flushed_to_warm"] == 0
+    assert not [a for a, _ in warm_today(ws) if a == "note from hot" or a.startswith("decision: decision")]
+
+
+def test_an_old_note_edited_while_the_summarizer_works_stays_with_its_new_text_and_is_listed_as_kept_edited(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    first = ws.hot.doc["notes"][0]
+
+    async def edit_first() -> None:
+        def apply(draft: Draft) -> None:
+            doc = draft.edit_hot()
+            notes = [dict(n, text="corrected while the summary was written") if n["id"] == first["id"] else n
+                     for n in doc["notes"]]  # fmt: skip
+            draft.set_hot({**doc, "notes": notes})
+
+        await ws.write(apply)
+
+    record = run(make_checkpointer(Canned(during=edit_first)).run(ws, force=True))
+
+    assert record["kept_edited"] == [first["id"]]
+    assert first["id"] not in record["compressed"]
+    kept = [n for n in ws.hot.doc["notes"] if n["id"] == first["id"]]
+    assert [n["text"] for n in kept] == ["corrected while the summary was written"]
+
+
+def test_a_summary_edited_by_hand_while_the_summarizer_works_fails_the_checkpoint_and_changes_nothing_else(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+
+    async def edit_summary() -> None:
+        await ws.write(lambda d: d.set_hot({**d.edit_hot(), "summary": "a person's own summary\n"}))
+
+    before = ws.hot.doc
+    with pytest.raises(CheckpointFailed) as failed:
+        run(make_checkpointer(Canned(during=edit_summary)).run(ws, force=True))
+
+    assert failed.value.message == "the summary was changed while the checkpoint ran; nothing applied"
+    assert ws.hot.doc == {**before, "summary": "a person's own summary\n"}
+
+
+def llm_checkpointer(
+    tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter, llm: Any, fallback: bool = True
+) -> Checkpointer:
+    return Checkpointer(
+        CheckpointConfig(min_fact_coverage=0.0),
+        llm,
+        Snapshotter(SnapshotConfig(enabled=False), tmp_path / "state", io),
+        1_000_000,
+        10.0,
+        Monotonic(),
+        fallback=ExtractiveSummarizer(counter) if fallback else None,
+    )
+
+
+def test_an_llm_summary_that_fails_its_checks_is_replaced_by_the_extractive_one_and_the_rejection_recorded(
+    make_workspace: Callable[..., Workspace],
+    tmp_path: Path,
+    io: ThreadPoolExecutor,
+    counter: TokenCounter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ws = make_workspace()
+    run(set_task(ws, "Rewrite the tokenizer"))
+    run(seeded(ws))
+    llm = Canned(f"{SUMMARY_HEADING}\nHere is what happened, in prose rather than bullets.\n", name="openai")
+    checkpointer = llm_checkpointer(tmp_path, io, counter, llm)
+    plan = checkpointer.plan(ws, ws.hot.doc)
+    expected_text = run(
+        ExtractiveSummarizer(counter).summarize(SummaryRequest(plan.entries, plan.summary_allotment, task="x"))
+    ).text
+    reason = (
+        "the summary breaks the asked-for structure at line 1 ('Here is what happened, in prose rather than "
+        "bullets.'): only the headings " + ", ".join(SECTIONS) + " and '- ' bullets are accepted; nothing applied"
+    )
+
+    record = run(checkpointer.run(ws, force=True))
+
+    assert record["rejected"] == {"backend": "openai", "reason": reason}
+    assert record["backend"] == "extractive"
+    assert ws.hot.doc["summary"].startswith(without_fold_line(expected_text).rstrip("\n") + "\n")
+    health = checkpointer.health["alpha"]
+    assert (health.rejected, health.last_rejection) == (1, reason)
+    assert [r.getMessage() for r in caplog.records if r.name == "memd.checkpoint" and r.levelname == "WARNING"] == [
+        f"checkpoint of alpha: LLM summary rejected, extractive applied instead: {reason}"
+    ]
+    logged = [details for action, details in warm_today(ws) if action == "checkpoint"]
+    assert logged[0]["rejected"] == f"openai: {reason}"
+
+
+def test_an_llm_summary_in_the_asked_for_structure_is_applied_as_written(
+    make_workspace: Callable[..., Workspace], tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    body = "\n".join([SECTIONS[0], "- the tokenizer splits on '::'"])
+    llm = Canned(f"{SUMMARY_HEADING}\n{body}\n", name="openai")
+
+    record = run(llm_checkpointer(tmp_path, io, counter, llm).run(ws, force=True))
+
+    assert record["backend"] == "openai" and "rejected" not in record
+    assert ws.hot.doc["summary"].startswith(f"{SUMMARY_HEADING}\n{body}\n")
+
+
+@pytest.mark.parametrize("name", ["openai", "extractive"])
+def test_a_rejected_summary_without_a_fallback_or_from_the_extractive_summarizer_fails_the_checkpoint(
+    make_workspace: Callable[..., Workspace], tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter, name: str
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    before = ws.hot.doc
+    checkpointer = llm_checkpointer(tmp_path, io, counter, Canned("", name=name), fallback=name == "extractive")
+
+    with pytest.raises(CheckpointFailed) as failed:
+        run(checkpointer.run(ws, force=True))
+
+    assert failed.value.message == "the summarizer returned an empty summary; nothing applied"
+    assert ws.hot.doc == before
+    assert checkpointer.health["alpha"].rejected == 0
+
+
+def test_a_checkpoint_whose_pre_state_cannot_be_committed_is_refused_with_the_snapshot_error(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    tmp_path: Path,
+    io: ThreadPoolExecutor,
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
+    run(snapshots.snapshot(ws, "start"))  # the repository exists; then a merge is left in progress in it
+    git_dir = Path(snapshots.repo_state(ws).repo.git_dir)  # type: ignore[union-attr]
+    (git_dir / "MERGE_HEAD").write_text("0" * 40 + "\n")
+    run(add_notes(ws, ["one more note, uncommitted"]))
+    before = ws.hot.doc
+
+    with pytest.raises(CheckpointFailed) as failed:
+        run(make_checkpointer(snapshots=snapshots).run(ws, force=True))
+
+    error = snapshots.status_for("alpha")["last_error"]
+    assert error.startswith("repo-unsafe: MERGE_HEAD in ")
+    assert failed.value.message == (
+        "the pre-checkpoint state could not be committed to git, so the checkpoint would not be reversible: " + error
+    )
+    assert ws.hot.doc == before
