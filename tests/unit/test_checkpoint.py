@@ -979,3 +979,67 @@ def test_a_checkpoint_whose_pre_state_cannot_be_committed_is_refused_with_the_sn
         "the pre-checkpoint state could not be committed to git, so the checkpoint would not be reversible: " + error
     )
     assert ws.hot.doc == before
+
+
+@dataclass
+class Described(Canned):
+    """A summarizer that says which model answered, under which request ids, and what it redacted."""
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.requests.append(request)
+        return SummaryResult(
+            self.text, self.name, model="m-1", tokens_in=7, tokens_out=3, request_ids=["req-1"], redactions={"aws": 1}
+        )
+
+
+def test_a_checkpoint_with_snapshots_commits_after_itself_with_its_trailers_and_records_both_commits(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    tmp_path: Path,
+    io: ThreadPoolExecutor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import subprocess
+
+    caplog.set_level("INFO", logger="memd.checkpoint")
+    ws = make_workspace()
+    run(seeded(ws))
+    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
+    checkpointer = make_checkpointer(Described(), snapshots=snapshots)
+    entries = len(checkpointer.plan(ws, ws.hot.doc).entries)
+
+    record = run(checkpointer.run(ws, force=True))
+
+    repo = snapshots.repo_state(ws).repo
+    assert repo is not None
+    message = subprocess.run(
+        ["git", f"--git-dir={repo.git_dir}", "log", "-1", "--format=%B", record["post_commit"]],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert message.startswith("memd: after checkpoint")
+    assert f"Memd-Checkpoint: {record['id']}" in message.splitlines()
+    assert f"Memd-Tokens-Before: {record['tokens_before']}" in message.splitlines()
+    assert f"Memd-Tokens-After: {record['tokens_after']}" in message.splitlines()
+    assert len(record["pre_commit"]) == len(record["post_commit"]) == 40
+    assert record["pre_commit"] != record["post_commit"]
+    assert ws.hot.doc["checkpoints"][-1]["post_commit"] == record["post_commit"]
+    assert (record["model"], record["request_ids"], record["redactions"]) == ("m-1", ["req-1"], {"aws": 1})
+    logged = [d for a, d in warm_today(ws) if a == "checkpoint"]
+    assert logged[0]["pre_commit"] == record["pre_commit"]
+    assert [r.getMessage() for r in caplog.records if r.name == "memd.checkpoint" and r.levelname == "INFO"] == [
+        f"checkpoint {record['id']} of alpha: hot {record['tokens_before']} -> {record['tokens_after']} tokens, "
+        f"{entries} entries compressed (fake)"
+    ]
+
+
+def test_hot_keeps_the_newest_ten_checkpoint_records(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    older = [{"id": f"ckpt-old-{i}"} for i in range(10)]
+    run(ws.write(lambda d: d.set_hot({**d.edit_hot(), "checkpoints": older})))
+
+    record = run(make_checkpointer().run(ws, force=True))
+
+    assert [r["id"] for r in ws.hot.doc["checkpoints"]] == [f"ckpt-old-{i}" for i in range(1, 10)] + [record["id"]]
