@@ -443,3 +443,33 @@ def test_a_write_after_close_is_refused_with_what_to_do(ws: Workspace) -> None:
 
     assert isinstance(failure, ShuttingDown)
     assert failure.message == "memd is shutting down; retry against the restarted daemon"
+
+
+# --- the planner the writer hands each batch to -------------------------------------------------------------------
+
+
+def test_a_reloaded_time_zone_decides_the_day_file_its_heading_and_the_entry_time(ws: Workspace) -> None:
+    from dataclasses import replace
+
+    from memd.config import WarmConfig
+
+    ws.reconfigure(replace(ws.config, warm=WarmConfig(timezone="Asia/Tokyo")))
+
+    write(ws, lambda d: d.log("after the reload"))
+
+    day = ws.root / "warm" / "2024-03-15.md"  # 09:30 UTC is 18:30 in Tokyo, the same day
+    text = day.read_text(encoding="utf-8")
+    assert text.startswith("# Activity Log 2024-03-15 (UTC+09:00, Asia/Tokyo)\n")
+    assert "### 18:30:00 - after the reload" in text
+
+
+def test_an_edit_that_raises_fails_alone_and_is_logged_with_the_workspace_name(
+    ws: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(draft: Any) -> None:
+        raise ValueError("an edit's bug")
+
+    kept, failed = write(ws, note("kept"), broken)
+
+    assert not isinstance(kept, BaseException) and isinstance(failed, ValueError)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == ["workspace alpha: an edit failed"]
