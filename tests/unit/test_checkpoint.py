@@ -477,9 +477,11 @@ def test_a_hand_edit_during_the_call_that_would_unpin_recent_decisions_trips_the
         path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
 
     checkpointer = make_checkpointer(Canned(during=person_trims_the_recent_decisions))
-    with pytest.raises(CheckpointFailed, match="would change pinned context"):
+    with pytest.raises(CheckpointFailed) as failed:
         run(checkpointer.run(ws, force=True))
     edited = path.read_bytes()
+
+    assert failed.value.message == "applying the summary would change pinned context; nothing applied"
 
     assert [d["action"] for d in json.loads(edited)["decisions"]] == ["decision 0", "decision 1", "decision 2"]
     assert "summary" not in json.loads(edited) or not json.loads(edited)["summary"]
@@ -828,25 +830,34 @@ def test_without_flush_to_warm_nothing_compressed_is_appended_to_the_warm_log(
     ws = make_workspace()
     run(seeded(ws))
 
-    record = run(make_checkpointer(config=CheckpointConfig(min_fact_coverage=0.0, flush_to_warm=False)).run(ws, True))
+    summarizer = Canned(f"{SUMMARY_HEADING}\n- the lexer now handles the suffix X\n")
+    config = CheckpointConfig(min_fact_coverage=0.0, flush_to_warm=False)
 
+    record = run(make_checkpointer(summarizer, config=config).run(ws, True))
+
+    assert summarizer.requests[0].task == ""  # no task set: none sent
+    assert ws.hot.doc["summary"] == (  # the summary as written, then memd's fold line, one newline between
+        f"{SUMMARY_HEADING}\n- the lexer now handles the suffix X\n"
+        f"- (folds in {record['entries_compressed']} entries from 1 checkpoint; pre-state none, snapshots disabled)\n"
+    )
     assert record["flushed_to_warm"] == 0
     assert not [a for a, _ in warm_today(ws) if a == "note from hot" or a.startswith("decision: decision")]
 
 
-def test_an_old_note_edited_while_the_summarizer_works_stays_with_its_new_text_and_is_listed_as_kept_edited(
-    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+@pytest.mark.parametrize(("field", "key"), [("notes", "text"), ("decisions", "reason")])
+def test_an_old_entry_edited_while_the_summarizer_works_stays_with_its_new_text_and_is_listed_as_kept_edited(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], field: str, key: str
 ) -> None:
     ws = make_workspace()
     run(seeded(ws))
-    first = ws.hot.doc["notes"][0]
+    first = ws.hot.doc[field][0]
 
     async def edit_first() -> None:
         def apply(draft: Draft) -> None:
             doc = draft.edit_hot()
-            notes = [dict(n, text="corrected while the summary was written") if n["id"] == first["id"] else n
-                     for n in doc["notes"]]  # fmt: skip
-            draft.set_hot({**doc, "notes": notes})
+            entries = [dict(e, **{key: "corrected while the summary was written"}) if e["id"] == first["id"] else e
+                       for e in doc[field]]  # fmt: skip
+            draft.set_hot({**doc, field: entries})
 
         await ws.write(apply)
 
@@ -854,8 +865,8 @@ def test_an_old_note_edited_while_the_summarizer_works_stays_with_its_new_text_a
 
     assert record["kept_edited"] == [first["id"]]
     assert first["id"] not in record["compressed"]
-    kept = [n for n in ws.hot.doc["notes"] if n["id"] == first["id"]]
-    assert [n["text"] for n in kept] == ["corrected while the summary was written"]
+    kept = [e for e in ws.hot.doc[field] if e["id"] == first["id"]]
+    assert [e[key] for e in kept] == ["corrected while the summary was written"]
 
 
 def test_a_summary_edited_by_hand_while_the_summarizer_works_fails_the_checkpoint_and_changes_nothing_else(
@@ -868,11 +879,17 @@ def test_a_summary_edited_by_hand_while_the_summarizer_works_fails_the_checkpoin
         await ws.write(lambda d: d.set_hot({**d.edit_hot(), "summary": "a person's own summary\n"}))
 
     before = ws.hot.doc
+    checkpointer = make_checkpointer(Canned(during=edit_summary))
+    plan = checkpointer.plan(ws, before)
     with pytest.raises(CheckpointFailed) as failed:
-        run(make_checkpointer(Canned(during=edit_summary)).run(ws, force=True))
+        run(checkpointer.run(ws, force=True))
 
     assert failed.value.message == "the summary was changed while the checkpoint ran; nothing applied"
     assert ws.hot.doc == {**before, "summary": "a person's own summary\n"}
+    # What the checkpoint was about to compress went to the warm log first, in a batch of its own: it is there
+    # although the apply was refused.
+    compressed = [e.key for e in plan.entries if e.kind == "note"]
+    assert sorted(d["id"] for a, d in warm_today(ws) if a == "note from hot") == sorted(compressed)
 
 
 def llm_checkpointer(
@@ -911,15 +928,19 @@ def test_an_llm_summary_that_fails_its_checks_is_replaced_by_the_extractive_one_
     )
 
     record = run(checkpointer.run(ws, force=True))
+    first_summary = ws.hot.doc["summary"]
+    run(add_notes(ws, [note_text(i) for i in range(40, 80)]))
+    second = run(checkpointer.run(ws, force=True))
 
     assert record["rejected"] == {"backend": "openai", "reason": reason}
+    assert second["rejected"] == record["rejected"]
+    assert checkpointer.health["alpha"].rejected == 2
     assert record["backend"] == "extractive"
-    assert ws.hot.doc["summary"].startswith(without_fold_line(expected_text).rstrip("\n") + "\n")
-    health = checkpointer.health["alpha"]
-    assert (health.rejected, health.last_rejection) == (1, reason)
+    assert first_summary.startswith(without_fold_line(expected_text).rstrip("\n") + "\n")
+    assert checkpointer.health["alpha"].last_rejection == reason
     assert [r.getMessage() for r in caplog.records if r.name == "memd.checkpoint" and r.levelname == "WARNING"] == [
         f"checkpoint of alpha: LLM summary rejected, extractive applied instead: {reason}"
-    ]
+    ] * 2
     logged = [details for action, details in warm_today(ws) if action == "checkpoint"]
     assert logged[0]["rejected"] == f"openai: {reason}"
 
@@ -1017,6 +1038,12 @@ def test_a_checkpoint_with_snapshots_commits_after_itself_with_its_trailers_and_
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert message.startswith("memd: after checkpoint")
+    before_message = subprocess.run(
+        ["git", f"--git-dir={repo.git_dir}", "log", "-1", "--format=%s", record["pre_commit"]],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert before_message.startswith("memd: before checkpoint")
+    assert f"pre-state {record['pre_commit'][:12]})" in ws.hot.doc["summary"]
     assert f"Memd-Checkpoint: {record['id']}" in message.splitlines()
     assert f"Memd-Tokens-Before: {record['tokens_before']}" in message.splitlines()
     assert f"Memd-Tokens-After: {record['tokens_after']}" in message.splitlines()
