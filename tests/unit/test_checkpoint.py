@@ -934,6 +934,7 @@ def test_an_llm_summary_that_fails_its_checks_is_replaced_by_the_extractive_one_
 
     assert record["rejected"] == {"backend": "openai", "reason": reason}
     assert second["rejected"] == record["rejected"]
+    assert second["compressed"][-1] == "summary" and "summary" not in record["compressed"]  # the first's, folded in
     assert checkpointer.health["alpha"].rejected == 2
     assert record["backend"] == "extractive"
     assert first_summary.startswith(without_fold_line(expected_text).rstrip("\n") + "\n")
