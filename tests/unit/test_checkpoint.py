@@ -773,6 +773,10 @@ def warm_today(ws: Workspace) -> list[tuple[str, dict[str, str]]]:
     return [(e.action, dict(e.details)) for e in ws.warm.entries_for(ws.today())]
 
 
+def warm_results(ws: Workspace, action: str) -> list[str | None]:
+    return [e.result for e in ws.warm.entries_for(ws.today()) if e.action == action]
+
+
 def test_the_record_and_the_log_line_of_a_checkpoint_say_exactly_what_it_compressed(
     make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], counter: TokenCounter
 ) -> None:
@@ -820,6 +824,7 @@ def test_the_record_and_the_log_line_of_a_checkpoint_say_exactly_what_it_compres
             "backend": "fake",
         }
     ]
+    assert warm_results(ws, "checkpoint") == [f"hot {plan.tokens_before} -> {ws.hot.tokens} tokens"]
     flushed_notes = [d["id"] for a, d in warm_today(ws) if a == "note from hot"]
     assert sorted(flushed_notes) == sorted(notes)
 
