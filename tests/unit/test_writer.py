@@ -105,6 +105,15 @@ def rewrite_each_time(path: Path) -> Callable[[], None]:
     return save
 
 
+def after_a_first_note(ws: Workspace) -> Path:
+    """memd.json once a first note is in it; skips where the filesystem cannot exchange files (renameat2's
+    RENAME_EXCHANGE): only a file memd exchanged is checked for writers that still hold the old one open."""
+    if not fsio.RENAMES.supported:
+        pytest.skip("needs renameat2(RENAME_EXCHANGE): only an exchanged file is checked for writers")
+    write(ws, note("first"))
+    return own_file(ws.root)
+
+
 # --- planning again, and giving up ---------------------------------------------------------------------------
 
 
@@ -169,10 +178,7 @@ def test_a_file_rewritten_under_every_attempt_fails_its_batch_after_seventeen_an
 def test_a_file_held_open_for_writing_is_tried_again_after_doubling_waits_capped_at_100_ms(
     ws: Workspace, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if not fsio.RENAMES.supported:
-        pytest.skip("needs renameat2(RENAME_EXCHANGE): only an exchanged file is checked for writers")
-    write(ws, note("first"))
-    own = own_file(ws.root)
+    own = after_a_first_note(ws)
     caplog.set_level(logging.INFO)
 
     with own.open("r+b"):  # a tool holds memd.json open for writing the whole time (its write may be on the way)
@@ -191,10 +197,7 @@ def test_a_file_held_open_for_writing_is_tried_again_after_doubling_waits_capped
 def test_a_tool_that_held_the_file_open_and_then_wrote_its_change_is_read_once_before_the_next_attempt(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not fsio.RENAMES.supported:
-        pytest.skip("needs renameat2(RENAME_EXCHANGE): only an exchanged file is checked for writers")
-    write(ws, note("first"))
-    own = own_file(ws.root)
+    own = after_a_first_note(ws)
     tool = own.open("r+b")  # a tool opened memd.json for writing before memd's attempt
     theirs = {**json.loads(own.read_bytes()), "owner": "the tool"}
     real_check = fsio._held_open_for_writing
