@@ -685,3 +685,107 @@ def test_an_unreadable_adoption_record_keeps_the_days(
     ws = adopted_workspace(root, counter, io)
 
     assert asyncio.run(ws.sweep(dry_run=False))["held"]
+
+
+# --- a real sweep through a Workspace whose change sink commits first (snapshots on) ------------------------------
+
+
+class PersonAfterTheCommit:
+    """The daemon's change sink (a Snapshotter behind a Fanout), and a person who edits one expired day right
+    after memd committed it and before it is removed: what git holds no longer matches what is on disk."""
+
+    def __init__(self, snapshots: Any, edit: Path | None) -> None:
+        from memd.changes import Fanout
+
+        self.fanout = Fanout(snapshots, [])
+        self.edit = edit
+        self.whys: list[str] = []
+
+    def registered(self, ws: Workspace) -> None:
+        self.fanout.registered(ws)
+
+    def changed(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
+        self.fanout.changed(ws, tiers, origin)
+
+    async def before_destructive(self, ws: Workspace, why: str) -> Any:
+        self.whys.append(why)
+        held = await self.fanout.before_destructive(ws, why)
+        if self.edit is not None:
+            with self.edit.open("a", encoding="utf-8") as f:
+                f.write("- a line a person added after memd's commit\n")
+        return held
+
+
+def committed_workspace(
+    root: Path, counter: TokenCounter, io: ThreadPoolExecutor, mode: str, edit_day: date | None
+) -> tuple[Workspace, PersonAfterTheCommit]:
+    from memd.config import SnapshotConfig
+    from memd.snapshots import Snapshotter
+
+    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), root.parent / "state", io)
+    sink = PersonAfterTheCommit(snapshots, root / "warm" / day_name(edit_day) if edit_day else None)
+    warm_config = WarmConfig(timezone="UTC", retention_days=RETENTION, mode=mode)  # type: ignore[arg-type]
+    clock = FakeClock(datetime(2026, 11, 20, 12, 0, tzinfo=UTC))
+    ws = Workspace(WorkspaceConfig(name="w", path=root, warm=warm_config), counter, clock, io, sink=sink)
+    ws.open()
+    return ws, sink
+
+
+@pytest.mark.parametrize("mode", ["delete", "archive"])
+def test_a_real_sweep_reports_exactly_what_it_did_and_keeps_a_day_edited_after_its_commit(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, mode: str
+) -> None:
+    import subprocess
+
+    root = tmp_path / "ws"
+    edited, gone = TODAY - timedelta(days=20), TODAY - timedelta(days=30)
+    make_days(root / "warm", [gone, edited, TODAY - timedelta(days=1)])
+    ws, sink = committed_workspace(root, counter, io, mode, edited)
+
+    result = asyncio.run(ws.sweep(dry_run=False))
+
+    assert sink.whys == ["retention"]
+    subjects = subprocess.run(
+        ["git", "-C", str(root), "log", "--format=%s"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert any(s.startswith("memd: before retention") for s in subjects)
+    kept = result.pop("kept")
+    assert [k["day"] for k in kept] == [day_name(edited)] and "differs from the snapshot at" in kept[0]["reason"]
+    assert {k: result[k] for k in ("workspace", "dry_run", "mode", "retention_days", "today", "at")} == {
+        "workspace": "w",
+        "dry_run": False,
+        "mode": mode,
+        "retention_days": RETENTION,
+        "today": TODAY.isoformat(),
+        "at": "2026-11-20T12:00:00+00:00",
+    }
+    assert result["expired"] == [day_name(gone), day_name(edited)]
+    assert result["removed"] == [day_name(gone)]
+    assert result["warnings"] == []
+    assert (root / "warm" / day_name(edited)).exists() and not (root / "warm" / day_name(gone)).exists()
+    assert ws.last_sweep is not None and ws.last_sweep["removed"] == [day_name(gone)]
+
+
+def test_a_sweep_stopped_by_the_disk_says_so_and_rescans_warm(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    make_days(root / "warm", [TODAY - timedelta(days=30)])
+    ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
+
+    def failing(*args: Any) -> Any:
+        raise OSError(5, "Input/output error", str(root / "warm" / "x.md"))
+
+    monkeypatch.setattr(retention, "delete_expired", failing)
+
+    from memd.errors import StorageError
+
+    with pytest.raises(StorageError) as stopped:
+        asyncio.run(ws.sweep(dry_run=False))
+
+    assert stopped.value.message == (
+        f"retention sweep of 'w' stopped: Input/output error ({root / 'warm' / 'x.md'}); "
+        "files not yet removed stay in warm/"
+    )
+    assert stopped.value.data == {"errno": 5}
