@@ -789,3 +789,50 @@ def test_a_sweep_stopped_by_the_disk_says_so_and_rescans_warm(
         "files not yet removed stay in warm/"
     )
     assert stopped.value.data == {"errno": 5}
+
+
+def test_a_held_sweep_logs_what_it_kept_and_how_to_confirm_and_a_confirmation_is_logged(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="memd.workspace")
+    root = tmp_path / "ws"
+    old = [TODAY - timedelta(days=k) for k in (30, 9)]
+    make_days(root / "warm", old)
+    ws = adopted_workspace(root, counter, io)
+
+    held = asyncio.run(ws.sweep(dry_run=False))
+
+    how = "memd sweep w --confirm (retention.sweep with confirm: true)"
+    assert held["confirm"] == how and "log_error" not in held
+    today = parse_day((root / "warm" / day_name(TODAY)).read_text(encoding="utf-8"))
+    sweep_entries = [e for e in today if e.action == "retention-sweep"]
+    assert [(dict(e.details), e.result) for e in sweep_entries] == [
+        (
+            {"held": ", ".join(day_name(d) for d in old), "confirm": how},
+            "held: 2 day file(s) kept until a sweep is confirmed",
+        )
+    ]
+
+    caplog.clear()
+    asyncio.run(ws.sweep(dry_run=False, confirm=True))
+
+    assert [r.getMessage() for r in caplog.records if r.levelname == "INFO"] == [
+        "workspace w: retention confirmed; sweeps of its adopted day files run from now on"
+    ]
+
+
+def test_a_confirmation_that_cannot_be_recorded_still_runs_this_sweep_and_says_why(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "ws"
+    make_days(root / "warm", [TODAY - timedelta(days=30)])
+    ws = adopted_workspace(root, counter, io)
+    record = root.parent / "state" / "workspaces" / "w.json"
+    record.unlink()
+    record.mkdir()  # the record's path is now a directory: saving it fails
+
+    result = asyncio.run(ws.sweep(dry_run=False, confirm=True))
+
+    assert result["removed"] == [day_name(TODAY - timedelta(days=30))]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "memd.workspace"]
+    assert len(warnings) == 1 and warnings[0].startswith("workspace w: could not record the confirmation: [Errno")

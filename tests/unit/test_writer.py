@@ -476,3 +476,35 @@ def test_an_edit_that_raises_fails_alone_and_is_logged_with_the_workspace_name(
 
     assert not isinstance(kept, BaseException) and isinstance(failed, ValueError)
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == ["workspace alpha: an edit failed"]
+
+
+def test_a_swapped_workspace_directory_is_an_error_naming_it_logged_once_and_cleared_when_it_is_back(
+    ws: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    away = ws.root.with_name("moved-away")
+    ws.root.rename(away)
+    ws.root.mkdir()
+
+    failures = []
+    for _ in range(2):
+        with pytest.raises(StorageError) as refused:
+            ws.check_identity()
+        failures.append(refused.value)
+
+    message = failures[0].message
+    assert message.startswith("workspace 'alpha': ") and failures[1].message == message
+    assert failures[0].data == {"errno": failures[0].data["errno"], "path": str(ws.root)}
+    assert isinstance(failures[0].data["errno"], int)
+    assert ws.health.identity_error == message
+    identity_logs = [r.getMessage() for r in caplog.records if r.name == "memd.workspace"]
+    assert identity_logs == [message]  # once, not once per refused request
+
+    ws.root.rmdir()
+    away.rename(ws.root)
+    ws.check_identity()
+
+    assert ws.health.identity_error == ""
+    assert [r.getMessage() for r in caplog.records if r.name == "memd.workspace"][1:] == [
+        "workspace alpha: its directory is the one memd opened again"
+    ]
