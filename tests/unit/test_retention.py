@@ -836,3 +836,34 @@ def test_a_confirmation_that_cannot_be_recorded_still_runs_this_sweep_and_says_w
     assert result["removed"] == [day_name(TODAY - timedelta(days=30))]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "memd.workspace"]
     assert len(warnings) == 1 and warnings[0].startswith("workspace w: could not record the confirmation: [Errno")
+
+
+def test_a_real_sweep_proposes_what_an_expiring_day_marked_as_a_learning_and_logs_it_dry_runs_do_not(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    from memd.tiers.warm_format import WarmEntry, render_entry
+
+    root = tmp_path / "ws"
+    old = TODAY - timedelta(days=30)
+    (root / "warm").mkdir(parents=True)
+    learned = WarmEntry("10:00:00", "found why the cache missed", (("learn", "true"),), "keys need the tenant id")
+    (root / "warm" / day_name(old)).write_text(
+        f"# Activity Log {old.isoformat()}\n\n" + render_entry(learned), encoding="utf-8"
+    )
+    ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
+    proposals = root / "cold" / "PROPOSED.md"
+
+    dry = asyncio.run(ws.sweep(dry_run=True))
+
+    assert [p["text"] for p in dry["proposed"]] and not proposals.exists()  # listed, not written
+    assert (root / "warm" / day_name(old)).exists()
+
+    real = asyncio.run(ws.sweep(dry_run=False))
+
+    ids = [p["id"] for p in real["proposed"]]
+    assert ids and real["removed"] == [day_name(old)] and real["kept"] == []
+    assert all(i in proposals.read_text(encoding="utf-8") for i in ids)  # durable before the day went
+    today = parse_day((root / "warm" / day_name(TODAY)).read_text(encoding="utf-8"))
+    assert [(dict(e.details), e.result) for e in today if e.action == "retention-sweep"] == [
+        ({"mode": "delete", "removed": day_name(old), "proposed": ", ".join(ids)}, "1 day file(s)")
+    ]
