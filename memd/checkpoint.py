@@ -252,7 +252,8 @@ class Checkpointer:
                 raise CheckpointFailed("the summary was changed while the checkpoint ran; nothing applied")
             new = dict(doc)
             notes, decisions = keyed(list(doc.get("notes") or [])), keyed(list(doc.get("decisions") or []))
-            new["notes"] = [n for k, n in notes if not compressed("notes", k, n)]
+            notes_left = [(k, n) for k, n in notes if not compressed("notes", k, n)]
+            new["notes"] = [n for _, n in notes_left]
             new["decisions"] = [d for k, d in decisions if not compressed("decisions", k, d)]
             removed = to_remove(doc)
             edited = sorted(
@@ -264,7 +265,8 @@ class Checkpointer:
             new["summary"] = summary + fold_line(plan.summary_before, len(removed), pre_commit)
             # Writes during the call (a new step, decision or note) are fine; what must never happen is that
             # removing the compressed entries touches what is pinned now.
-            if pinned(new, plan.keep_decisions, plan.kept_notes) != pinned(doc, plan.keep_decisions, plan.kept_notes):
+            pinned_now = pinned(doc, plan.keep_decisions, plan.kept_notes)
+            if pinned(new, plan.keep_decisions, plan.kept_notes, notes_left) != pinned_now:
                 raise CheckpointFailed("applying the summary would change pinned context; nothing applied")
             flushed = flushed_first + (flush_to_warm(ws, draft, checkpoint_id, removed) if flush else 0)
             tokens_after = ws.hot.count(new)

@@ -65,10 +65,14 @@ def keyed(entries: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def pinned(doc: HotDoc, keep_decisions: int, kept_notes: list[str]) -> dict[str, Any]:
-    """The parts a checkpoint must leave byte-identical."""
+def pinned(
+    doc: HotDoc, keep_decisions: int, kept_notes: list[str], notes_keyed: list[tuple[str, dict[str, Any]]] | None = None
+) -> dict[str, Any]:
+    """The parts a checkpoint must leave byte-identical. `notes_keyed`: the notes with the keys they had before
+    some were removed; keying the remaining ones afresh would renumber a twin (`sha256:…#1` becomes `sha256:…`
+    once the older copy is compressed) and make a pinned note look gone."""
     decisions = list(doc.get("decisions") or [])
-    notes = dict(keyed(list(doc.get("notes") or [])))
+    notes = dict(keyed(list(doc.get("notes") or [])) if notes_keyed is None else notes_keyed)
     return {
         "task": doc.get("task"),
         "current_step": doc.get("current_step"),

@@ -345,6 +345,38 @@ def test_a_pinned_recipe_decision_equal_to_a_compressed_one_is_kept(
     assert ws.hot.doc["decisions"] == decisions[-3:]
 
 
+def test_a_note_without_id_whose_twin_is_compressed_stays_pinned_and_the_checkpoint_applies_and_shows_it(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    tmp_path: Path,
+    io: ThreadPoolExecutor,
+) -> None:
+    # Another tool's notes carry no id and are keyed by content and occurrence: the older twin is `sha256:…`, the
+    # newer `sha256:…#1`. Removing the older must not make the guard see the newer (pinned) one vanish, or every
+    # checkpoint of the workspace is refused from then on.
+    twin = {"ts": "2026-03-21T09:00:00+00:00", "text": "the build needs LD_LIBRARY_PATH=/opt/ssl/lib"}
+    notes = [dict(twin)] + [{"ts": "2026-03-21T09:05:00+00:00", "text": note_text(i)} for i in range(40)]
+    notes.append(dict(twin))
+    ws = make_workspace(hot={**RECIPE_HOT, "notes": notes})
+    checkpointer = make_checkpointer(snapshots=Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io))
+    plan = checkpointer.plan(ws, ws.hot.doc)
+    assert entry_key(twin) in [e.key for e in plan.entries]
+    assert entry_key(twin) + "#1" in plan.kept_notes
+
+    record = run(checkpointer.run(ws, force=True))
+
+    assert entry_key(twin) in record["compressed_by_list"]["notes"]
+    kept = ws.hot.doc["notes"]
+    assert kept[-1] == twin
+    assert kept.count(twin) == 1
+    compressed = set(record["compressed_by_list"]["notes"])
+    assert kept == [n for n in notes[1:-1] if entry_key(n) not in compressed] + [twin]
+    shown = run(checkpointer.show(ws, record["id"]))
+    assert [{k: e[k] for k in ("ts", "text")} for e in shown["original_entries"] if e["kind"] == "note"] == [
+        n for n in notes[:-1] if entry_key(n) in compressed
+    ]
+
+
 # --- verification ----------------------------------------------------------------------------------------------------
 
 
