@@ -336,8 +336,9 @@ class Workspace:
                 try:
                     outcome = await self._in_worker_to_the_end(work)
                 except OSError as exc:
+                    where = f" ({exc.filename})" if exc.filename else ""
                     raise StorageError(
-                        f"retention sweep of {self.name!r} stopped: {exc.strerror or exc} ({exc.filename or ''}); "
+                        f"retention sweep of {self.name!r} stopped: {exc.strerror or exc}{where}; "
                         "files not yet removed stay in warm/",
                         data={"errno": exc.errno},
                     ) from None

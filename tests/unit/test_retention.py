@@ -36,6 +36,7 @@ from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
 TODAY = date(2026, 11, 20)
+MIB = 1024 * 1024
 RETENTION = 7
 
 
@@ -564,7 +565,7 @@ def test_a_real_sweep_removes_what_the_dry_run_listed_and_logs_it_in_the_local_d
     assert not set(real["removed"]) & listing(warm)
     logged = parse_day((warm / day_name(today)).read_text())
     assert [e.action for e in logged] == ["retention-sweep"]
-    assert dict(logged[0].details)["removed"] == ", ".join(real["removed"])
+    assert dict(logged[0].details) == {"mode": mode, "removed": ", ".join(real["removed"])}  # nothing proposed
     if mode == "archive":
         for name in real["removed"]:
             day = date.fromisoformat(name.removesuffix(".md"))
@@ -791,6 +792,85 @@ def test_a_sweep_stopped_by_the_disk_says_so_and_rescans_warm(
     assert stopped.value.data == {"errno": 5}
 
 
+def test_a_sweep_stopped_by_an_error_without_a_file_name_says_so_without_empty_parentheses(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    make_days(root / "warm", [TODAY - timedelta(days=30)])
+    ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
+
+    def failing(*args: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(retention, "delete_expired", failing)
+
+    from memd.errors import StorageError
+
+    with pytest.raises(StorageError) as stopped:
+        asyncio.run(ws.sweep(dry_run=False))
+
+    assert stopped.value.message == (
+        "retention sweep of 'w' stopped: No space left on device; files not yet removed stay in warm/"
+    )
+
+
+def test_a_sweep_in_archive_mode_keeps_to_the_workspaces_archive_cap(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "ws"
+    small, huge = TODAY - timedelta(days=31), TODAY - timedelta(days=30)
+    make_days(root / "warm", [small])
+    (root / "warm" / day_name(huge)).write_bytes(b"x" * (MIB + 1))  # one byte over the smallest cap allowed
+    warm_config = WarmConfig(timezone="UTC", retention_days=RETENTION, mode="archive", archive_max_bytes=MIB)
+    clock = FakeClock(datetime(2026, 11, 20, 12, 0, tzinfo=UTC))
+    ws = Workspace(WorkspaceConfig(name="w", path=root, warm=warm_config), counter, clock, io)
+    ws.open()
+
+    result = asyncio.run(ws.sweep(dry_run=False))
+
+    assert result["removed"] == [day_name(small)]
+    assert [k["day"] for k in result["kept"]] == [day_name(huge)]
+    assert "archive_max_bytes" in result["kept"][0]["reason"]
+    assert (root / "warm" / day_name(huge)).stat().st_size == MIB + 1
+
+
+def today_is_a_directory(root: Path) -> None:
+    """The path of today's day file taken by a directory: nothing can be logged today, everything else works."""
+    (root / "warm" / day_name(TODAY)).mkdir(parents=True)
+
+
+def test_a_sweep_whose_log_line_cannot_be_written_still_removes_and_reports_why_the_line_is_missing(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "ws"
+    old = TODAY - timedelta(days=30)
+    make_days(root / "warm", [old])
+    today_is_a_directory(root)
+    ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
+
+    result = asyncio.run(ws.sweep(dry_run=False))
+
+    assert result["removed"] == [day_name(old)]
+    assert day_name(TODAY) in result["log_error"]
+    assert ws.last_sweep == result
+
+
+def test_a_held_sweep_whose_log_line_cannot_be_written_reports_why_the_line_is_missing(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "ws"
+    old = TODAY - timedelta(days=30)
+    make_days(root / "warm", [old])
+    today_is_a_directory(root)
+    ws = adopted_workspace(root, counter, io)
+
+    held = asyncio.run(ws.sweep(dry_run=False))
+
+    assert held["held"] is True and held["removed"] == []
+    assert day_name(TODAY) in held["log_error"]
+    assert (root / "warm" / day_name(old)).exists()
+
+
 def test_a_held_sweep_logs_what_it_kept_and_how_to_confirm_and_a_confirmation_is_logged(
     tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -846,9 +926,12 @@ def test_a_real_sweep_proposes_what_an_expiring_day_marked_as_a_learning_and_log
     root = tmp_path / "ws"
     old = TODAY - timedelta(days=30)
     (root / "warm").mkdir(parents=True)
-    learned = WarmEntry("10:00:00", "found why the cache missed", (("learn", "true"),), "keys need the tenant id")
+    learned = [
+        WarmEntry("10:00:00", "found why the cache missed", (("learn", "true"),), "keys need the tenant id"),
+        WarmEntry("11:00:00", "the nightly export timed out", (("learn", "true"),), "raise statement_timeout to 10m"),
+    ]
     (root / "warm" / day_name(old)).write_text(
-        f"# Activity Log {old.isoformat()}\n\n" + render_entry(learned), encoding="utf-8"
+        f"# Activity Log {old.isoformat()}\n\n" + "".join(render_entry(e) for e in learned), encoding="utf-8"
     )
     ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
     proposals = root / "cold" / "PROPOSED.md"
@@ -861,9 +944,38 @@ def test_a_real_sweep_proposes_what_an_expiring_day_marked_as_a_learning_and_log
     real = asyncio.run(ws.sweep(dry_run=False))
 
     ids = [p["id"] for p in real["proposed"]]
-    assert ids and real["removed"] == [day_name(old)] and real["kept"] == []
+    assert len(ids) == 2 and real["removed"] == [day_name(old)] and real["kept"] == []
     assert all(i in proposals.read_text(encoding="utf-8") for i in ids)  # durable before the day went
     today = parse_day((root / "warm" / day_name(TODAY)).read_text(encoding="utf-8"))
     assert [(dict(e.details), e.result) for e in today if e.action == "retention-sweep"] == [
         ({"mode": "delete", "removed": day_name(old), "proposed": ", ".join(ids)}, "1 day file(s)")
     ]
+
+
+def test_proposals_that_cannot_be_written_keep_every_expired_day_with_the_reason(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    from memd.tiers.warm_format import WarmEntry, render_entry
+
+    root = tmp_path / "ws"
+    learned_day, plain_day = TODAY - timedelta(days=30), TODAY - timedelta(days=29)
+    make_days(root / "warm", [plain_day])
+    learned = WarmEntry("10:00:00", "found why the cache missed", (("learn", "true"),), "keys need the tenant id")
+    (root / "warm" / day_name(learned_day)).write_text(
+        f"# Activity Log {learned_day.isoformat()}\n\n" + render_entry(learned), encoding="utf-8"
+    )
+    ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
+    elsewhere = tmp_path / "elsewhere.md"
+    elsewhere.write_text("", encoding="utf-8")
+    (root / "cold" / "PROPOSED.md").symlink_to(elsewhere)  # memd never writes through a symlink
+
+    result = asyncio.run(ws.sweep(dry_run=False))
+
+    assert result["removed"] == []
+    assert [k["day"] for k in result["kept"]] == [day_name(learned_day), day_name(plain_day)]
+    assert all(k["reason"].startswith("its candidate learnings could not be written to cold/PROPOSED.md (")
+               for k in result["kept"])  # fmt: skip
+    assert (root / "warm" / day_name(learned_day)).exists() and (root / "warm" / day_name(plain_day)).exists()
+    assert elsewhere.read_text(encoding="utf-8") == ""
+    assert any(r.levelname == "ERROR" and "proposals not written, expired days kept" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
