@@ -185,4 +185,3 @@ def test_a_swapped_directory_is_refused_with_its_reason_logged_once_and_cleared_
         ("ERROR", expected),
         ("INFO", "workspace alpha: its directory is the one memd opened again"),
     ]
-
