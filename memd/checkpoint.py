@@ -9,8 +9,8 @@ target is met, pinned parts untouched), (4) apply through the writer, replacing 
 by key and keeping everything written meanwhile, log it to warm, record it in hot, commit the post-state.
 A failure changes nothing, shows in status and backs the workspace off exponentially; a daily token cap stops
 runaway spend. What to compress and the checks on a summary are memd/checkpoint_plan.py; finding, showing and
-undoing a checkpoint afterwards, memd/checkpoint_history.py. Imports memd.checkpoint_plan,
-memd.snapshots, memd.workspace, memd.summarizer, the hot format and memd.errors.
+undoing a checkpoint afterwards, memd/checkpoint_history.py; the daily token ledger, memd/llm_spend.py. Imports
+memd.checkpoint_plan, memd.snapshots, memd.workspace, memd.summarizer, the hot format and memd.errors.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -27,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from memd import checkpoint_history as history
-from memd import fsio
 from memd.batch import Draft
 from memd.checkpoint_flush import flush_to_warm
 from memd.checkpoint_plan import (
@@ -42,6 +40,7 @@ from memd.checkpoint_plan import (
 )
 from memd.config import CheckpointConfig
 from memd.errors import Busy, CheckpointFailed, MemdError
+from memd.llm_spend import Spend, SpendLedger
 from memd.snapshots import Snapshotter
 from memd.summarizer import Summarizer, SummaryRequest, SummaryResult
 from memd.tiers.hot_format import HotDoc
@@ -60,11 +59,7 @@ class Health:
     last_error: str = ""
     last_record: dict[str, Any] = field(default_factory=dict)
     runs: int = 0
-    day: str = ""
-    llm_tokens_today: int = 0
-    llm_tokens: int = 0  # since start, never reset (metrics: a counter; llm_tokens_today is the daily cap's)
     failed: int = 0  # failed runs since start (failures counts those in a row)
-    redactions: dict[str, int] = field(default_factory=dict)
     rejected: int = 0  # LLM summaries refused by the checks (the extractive one was applied instead)
     last_rejection: str = ""
     held_until_tokens: int | None = None  # after an undo: no automatic checkpoint until hot grows past this
@@ -87,12 +82,11 @@ class Checkpointer:
         self.summarizer = summarizer
         self.fallback = fallback  # the extractive summarizer, applied when an LLM summary fails its checks
         self.snapshots = snapshots
-        self.max_tokens_per_day = max_tokens_per_day
         self._now = now
         self.health: dict[str, Health] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._spend_file = spend_file  # LLM tokens spent per workspace and day, so a restart does not reset the cap
-        self._load_spend()
+        # LLM tokens spent per workspace and day, saved so that a restart does not reset the cap
+        self.spend = SpendLedger(spend_file, max_tokens_per_day)
 
     # --- triggers --------------------------------------------------------------------------------------------
 
@@ -102,7 +96,7 @@ class Checkpointer:
         """A reloaded config: the next checkpoint uses the new threshold, summarizer and LLM limits."""
         self.config = config
         self.summarizer = summarizer
-        self.max_tokens_per_day = max_tokens_per_day
+        self.spend.max_tokens_per_day = max_tokens_per_day
         self.deadline_seconds = deadline_seconds
 
     def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
@@ -189,17 +183,17 @@ class Checkpointer:
         if pre_commit:
             planned_doc = await history.doc_at(self.snapshots, ws, pre_commit)
         plan = self.plan(ws, planned_doc)
-        self._check_daily_cap(ws, health, plan)
+        self._check_daily_cap(ws, plan)
         request = SummaryRequest(plan.entries, plan.summary_allotment, task=str(ws.hot.doc.get("task") or ""))
         try:
             result = await asyncio.wait_for(self.summarizer.summarize(request), self.deadline_seconds)
         except TimeoutError:
-            self._count_spend(ws, health, None, request)
+            self._count_spend(ws, None, request)
             raise CheckpointFailed(f"summarizer missed the {self.deadline_seconds:.0f}s deadline") from None
         except BaseException:
-            self._count_spend(ws, health, None, request)
+            self._count_spend(ws, None, request)
             raise
-        self._count_spend(ws, health, result, request)
+        self._count_spend(ws, result, request)
         rejection = ""
         llm = self.summarizer.name != "extractive"
         try:
@@ -351,82 +345,38 @@ class Checkpointer:
     def verify(self, ws: Workspace, plan: Plan, result: SummaryResult, structured: bool = False) -> str:
         return verify_summary(ws, plan, result, self.config.min_fact_coverage, structured)
 
-    def _check_daily_cap(self, ws: Workspace, health: Health, plan: Plan) -> None:
+    # --- the daily LLM cap (memd.llm_spend), one per workspace, shared with promotion (memd.promote_llm) --------
+
+    def _check_daily_cap(self, ws: Workspace, plan: Plan) -> None:
         if self.summarizer.name == "extractive":
             return
-        self._roll_day(ws, health)
         # The prompt's framing (instructions, labels, task) costs about as much again as a tenth of the entries.
         entries = sum(ws.counter.count(e.text) for e in plan.entries)
         estimate = entries + entries // 10 + 400 + plan.allotment
-        if health.llm_tokens_today + estimate > self.max_tokens_per_day:
+        day = self._day(ws)
+        if self.spend.would_exceed(ws.name, day, estimate):
             raise CheckpointFailed(
-                f"daily LLM token cap reached for {ws.name!r} ({health.llm_tokens_today} used, ~{estimate} needed, "
-                f"llm.max_tokens_per_day = {self.max_tokens_per_day})"
+                f"daily LLM token cap reached for {ws.name!r} ({self.spend.today(ws.name, day).tokens_today} used, "
+                f"~{estimate} needed, llm.max_tokens_per_day = {self.spend.max_tokens_per_day})"
             )
 
-    # The daily LLM cap is one per workspace, shared with promotion (memd.promote_llm spends through these two).
-
     def llm_tokens_left(self, ws: Workspace) -> int:
-        health = self.health.setdefault(ws.name, Health())
-        self._roll_day(ws, health)
-        return max(0, self.max_tokens_per_day - health.llm_tokens_today)
+        return self.spend.left(ws.name, self._day(ws))
 
     def charge_llm(self, ws: Workspace, tokens: int, redactions: dict[str, int]) -> None:
-        health = self.health.setdefault(ws.name, Health())
-        self._roll_day(ws, health)
-        health.llm_tokens_today += tokens
-        health.llm_tokens += tokens
-        for kind, n in redactions.items():
-            health.redactions[kind] = health.redactions.get(kind, 0) + n
-        self._save_spend()
+        self.spend.charge(ws.name, self._day(ws), tokens, redactions)
 
-    def _roll_day(self, ws: Workspace, health: Health) -> None:
-        today = ws.clock.now().date().isoformat()
-        if health.day != today:
-            health.day, health.llm_tokens_today = today, 0
+    @staticmethod
+    def _day(ws: Workspace) -> str:
+        return ws.clock.now().date().isoformat()
 
-    def _count_spend(
-        self, ws: Workspace, health: Health, result: SummaryResult | None, request: SummaryRequest
-    ) -> None:
+    def _count_spend(self, ws: Workspace, result: SummaryResult | None, request: SummaryRequest) -> None:
         """What a summary cost against the daily cap: the endpoint's `usage` when it reports one, else memd's own
         estimate of every attempt (failed and timed-out ones included), which the summarizer metered."""
         if self.summarizer.name == "extractive" and (result is None or result.backend == "extractive"):
             return
-        self._roll_day(ws, health)
         spent = request.meter.tokens or (result.tokens_in + result.tokens_out if result else 0)
-        health.llm_tokens_today += spent
-        health.llm_tokens += spent
-        if result is not None:
-            for kind, n in result.redactions.items():
-                health.redactions[kind] = health.redactions.get(kind, 0) + n
-        self._save_spend()
-
-    def _load_spend(self) -> None:
-        if self._spend_file is None:
-            return
-        try:
-            data = json.loads(self._spend_file.read_bytes())
-            for name, entry in dict(data.get("workspaces") or {}).items():
-                health = self.health.setdefault(str(name), Health())
-                health.day, health.llm_tokens_today = str(entry["day"]), int(entry["tokens"])
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("could not read LLM spend from %s (%s); counting from zero today", self._spend_file, exc)
-
-    def _save_spend(self) -> None:
-        if self._spend_file is None:
-            return
-        data = {
-            "workspaces": {
-                name: {"day": h.day, "tokens": h.llm_tokens_today} for name, h in self.health.items() if h.day
-            }
-        }
-        try:
-            fsio.ensure_dir(self._spend_file.parent, 0o700)
-            fsio.atomic_replace(self._spend_file, json.dumps(data, sort_keys=True).encode(), 0o600)
-        except OSError as exc:
-            log.warning("could not save LLM spend to %s: %s", self._spend_file, exc)
+        self.spend.charge(ws.name, self._day(ws), spent, result.redactions if result is not None else {})
 
     # --- undo and inspection (memd.checkpoint_history) ------------------------------------------------------
 
@@ -447,9 +397,10 @@ class Checkpointer:
         return await history.show(self.snapshots, ws, checkpoint_id)
 
     def status_for(self, name: str) -> dict[str, Any]:
-        h = self.health.get(name)
-        if h is None:
+        h, spend = self.health.get(name), self.spend.get(name)
+        if h is None and spend is None:
             return {"runs": 0, "in_flight": False}
+        h, spend = h or Health(), spend or Spend()
         wait = max(0.0, h.next_allowed - self._now())
         return {
             "runs": h.runs,
@@ -461,9 +412,9 @@ class Checkpointer:
             "last": {k: h.last_record.get(k) for k in ("id", "at", "tokens_before", "tokens_after")}
             if h.last_record
             else None,
-            "llm_tokens_today": h.llm_tokens_today,
-            "llm_tokens": h.llm_tokens,
-            "redactions": dict(h.redactions),
+            "llm_tokens_today": spend.tokens_today,
+            "llm_tokens": spend.tokens,
+            "redactions": dict(spend.redactions),
             "llm_summaries_rejected": h.rejected,
             "last_rejection": h.last_rejection or None,
             "held_after_undo": h.held_until_tokens is not None,
