@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memd import __version__, listen, notify, status_report
+from memd import __version__, listen, notify, status_report, sweep
 from memd.changes import Fanout
 from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
@@ -138,7 +138,7 @@ class Daemon:
 
         async def one(ws: Workspace) -> dict[str, Any]:
             async with bound:
-                return await ws.sweep(dry_run, confirm)
+                return await sweep.run(ws, dry_run, confirm)
 
         return await asyncio.gather(*(one(ws) for ws in targets), return_exceptions=True)
 

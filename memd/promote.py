@@ -315,3 +315,16 @@ def propose(
     """Extract every day's candidates and select among them (the extractive backend, start to end)."""
     candidates = [c for day, entries in days for c in extract(day, entries)]
     return select(candidates, learnings, proposals, limit)
+
+
+def proposal_json(p: Proposal) -> dict[str, Any]:
+    """A proposal as replies show it."""
+    return {
+        "id": p.id,
+        "category": p.category,
+        "date": p.date,
+        "text": p.text,
+        "from": {"day": p.day, "time": p.time, "action": p.action} if p.day else None,
+        "kind": p.kind,
+        "supersedes": {"date": p.supersedes[0], "text": p.supersedes[1]} if p.supersedes else None,
+    }

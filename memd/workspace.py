@@ -1,4 +1,5 @@
-"""One workspace: its tier state (hot, warm, cold stores), its reads, its retention sweep, and its writer.
+"""One workspace: its tier state (hot, warm, cold stores), its reads, and its writer (its retention sweep is
+memd/sweep.py).
 
 Every change to the workspace's files goes through `Workspace.write`, which hands the edit to the workspace's
 single writer (memd.writer: queue, group commit, durable I/O, publish, acknowledge) with the tier planner
@@ -16,24 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from memd import fsio, promote, retention
-from memd.batch import Draft, Edit
+from memd.batch import Edit
 from memd.changes import ChangeSink, NoSink
 from memd.config import LimitsConfig, WorkspaceConfig
-from memd.errors import MemdError, StorageError
+from memd.errors import StorageError
 from memd.exclusive import ExclusiveLock
 from memd.planner import Clock, TierPlanner
-from memd.tiers import cold_format, proposals_format, warm_format
+from memd.tiers import warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_store import HotStore
 from memd.tiers.proposals_store import ProposalsStore
@@ -45,43 +44,6 @@ from memd.writer import Health, Writer
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 TIERS = ("hot", "warm", "cold")
-
-
-@dataclass
-class Promotion:
-    """What a sweep promotes: the days whose candidates were taken (only those may go), the candidates (None:
-    promotion off), what is (or would be) proposed, and by which backend."""
-
-    days: frozenset[str]
-    candidates: list[proposals_format.Proposal] | None
-    selection: promote.Selection | None
-    backend: str
-    fallback: str = ""  # why the configured backend was not used for some day
-
-    def report(self) -> dict[str, Any]:
-        if self.selection is None:
-            return {"proposed": [], "not_proposed": [], "promote_backend": self.backend}
-        out: dict[str, Any] = {
-            "proposed": [proposal_json(p) for p in self.selection.proposed],
-            "not_proposed": [s.as_dict() for s in self.selection.skipped],
-            "promote_backend": self.backend,
-        }
-        if self.fallback:
-            out["promote_fallback"] = self.fallback
-        return out
-
-
-def proposal_json(p: proposals_format.Proposal) -> dict[str, Any]:
-    """A proposal as replies show it."""
-    return {
-        "id": p.id,
-        "category": p.category,
-        "date": p.date,
-        "text": p.text,
-        "from": {"day": p.day, "time": p.time, "action": p.action} if p.day else None,
-        "kind": p.kind,
-        "supersedes": {"date": p.supersedes[0], "text": p.supersedes[1]} if p.supersedes else None,
-    }
 
 
 class Workspace:
@@ -122,7 +84,7 @@ class Workspace:
         self.last_sweep: dict[str, Any] = {}
         # Where memd records whether this workspace had day files before it first served it (the state dir), and
         # what it found; None: not recorded, sweeps run as configured.
-        self._adoption_file = adoption_file
+        self.adoption_file = adoption_file
         self.adoption: retention.Adoption | None = None
         self._exclusive = ExclusiveLock()  # a batch, or a sweep, or an adoption: never two at once
         self._pinned: fsio.PinnedDir | None = None  # the directory open() found, by device and inode
@@ -165,9 +127,9 @@ class Workspace:
         """The first time memd serves this workspace, record whether warm/ already held day files that memd did not
         write (hot/ shows memd's hand: hot/memd.json, or the `version` key memd has always written). Those stay
         until a person confirms a sweep (retention.Adoption)."""
-        if self._adoption_file is None:
+        if self.adoption_file is None:
             return
-        self.adoption = retention.load_adoption(self._adoption_file)
+        self.adoption = retention.load_adoption(self.adoption_file)
         if self.adoption is not None:
             self.warm.zoneless_as_written = self.adoption.adopted
             return
@@ -182,9 +144,9 @@ class Workspace:
                 self.name, days,
             )  # fmt: skip
         try:
-            retention.save_adoption(self._adoption_file, self.adoption)
+            retention.save_adoption(self.adoption_file, self.adoption)
         except OSError as exc:
-            log.warning("workspace %s: could not record its adoption in %s: %s", self.name, self._adoption_file, exc)
+            log.warning("workspace %s: could not record its adoption in %s: %s", self.name, self.adoption_file, exc)
 
     def reconfigure(
         self, config: WorkspaceConfig, limits: LimitsConfig | None = None, max_pending: int | None = None
@@ -276,11 +238,11 @@ class Workspace:
         worker is about to replace from bytes it read before, and the acknowledged append would be lost."""
         async with contextlib.nullcontext() if held else self._exclusive:
             try:
-                return await self._in_worker_to_the_end(work)
+                return await self.in_worker_to_the_end(work)
             finally:
                 self._reload()  # whatever the worker wrote, even when it failed half-way
 
-    async def _in_worker_to_the_end(self, work: Callable[[], T]) -> T:
+    async def in_worker_to_the_end(self, work: Callable[[], T]) -> T:
         """`work` in a worker; cancelled meanwhile, this still returns (raising CancelledError) only once the
         worker has finished, so that a caller holding the writer does not let it go while files are rewritten."""
         running = asyncio.get_running_loop().run_in_executor(self._io, work)
@@ -298,171 +260,6 @@ class Workspace:
         self.cold.load()
         self.proposals.load()
         self.warm.scan()
-
-    # --- retention -----------------------------------------------------------------------------------------
-
-    async def sweep(self, dry_run: bool, confirm: bool = False) -> dict[str, Any]:
-        """Delete or archive expired warm days (exactly what a dry run lists); log it in today's warm file.
-        A workspace adopted with day files only reports (`held`) until a sweep is run with `confirm`."""
-        policy = self.config.warm
-        today = self.today()
-        outcome = retention.SweepOutcome()
-        self.check_identity()
-        plan = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
-        report_only = not dry_run and self._retention_held(confirm)
-        promotion = await self._promotion(plan, chooser=None if report_only else self.promoter())
-        if promotion.candidates is not None and not dry_run and not report_only:
-            # Promote before expire: the proposals are durable (an acknowledged batch) before any day goes.
-            failure = await self._write_proposals(promotion)
-            if failure:  # nothing goes: every expired day stays, and says why
-                outcome.kept.update({name: failure for name in plan.expired})
-        if plan.expired and not dry_run and not report_only and not outcome.kept:
-            # Commits the files first (taking the writer itself) and says what git holds of warm/ (None: snapshots
-            # off or without warm, nothing is checked).
-            held = await self.sink.before_destructive(self, "retention")
-            async with self._exclusive:
-                self.check_identity()
-                # Planned again under the writer: only what is still expired (and was just committed) goes, and
-                # only a day whose candidates were taken above (the same `today`: no day can have joined).
-                again = retention.plan_sweep(self.warm.directory, today, policy.retention_days)
-                plan = retention.SweepPlan(again.directory, tuple(d for d in again.expired if d in promotion.days))
-                # A sweep cut short (the job's timeout, shutdown) keeps the writer until its worker has finished: a
-                # restore or a sync's publish let in meanwhile would rewrite files it is still removing.
-                if policy.mode == "archive":
-                    max_bytes = policy.archive_max_bytes
-                    work = functools.partial(retention.archive_expired, plan, held, max_bytes)
-                else:
-                    work = functools.partial(retention.delete_expired, plan, held)
-                try:
-                    outcome = await self._in_worker_to_the_end(work)
-                except OSError as exc:
-                    where = f" ({exc.filename})" if exc.filename else ""
-                    raise StorageError(
-                        f"retention sweep of {self.name!r} stopped: {exc.strerror or exc}{where}; "
-                        "files not yet removed stay in warm/",
-                        data={"errno": exc.errno},
-                    ) from None
-                finally:
-                    self.warm.scan()
-        result: dict[str, Any] = {
-            "workspace": self.name,
-            "dry_run": dry_run,
-            "mode": policy.mode,
-            "retention_days": policy.retention_days,
-            "today": today.isoformat(),
-            "expired": list(plan.expired),
-            "removed": outcome.removed,
-            "kept": [{"day": day, "reason": reason} for day, reason in outcome.kept.items()],
-            "warnings": outcome.warnings,
-            "at": self.clock.now().isoformat(timespec="seconds"),
-            **promotion.report(),
-        }
-        if report_only:
-            return await self._report_held(result)
-        removed = outcome.removed
-        if removed:
-            details: tuple[tuple[str, str], ...] = (("mode", policy.mode), ("removed", ", ".join(removed)))
-            if promotion.selection is not None and promotion.selection.proposed:
-                details += (("proposed", ", ".join(p.id for p in promotion.selection.proposed)),)
-            try:
-                await self.write(lambda draft: draft.log("retention-sweep", details, f"{len(removed)} day file(s)"))
-            except MemdError as exc:  # the files are gone either way; say why the log line is missing
-                result["log_error"] = exc.message
-        if not dry_run:
-            self.last_sweep = result
-        return result
-
-    async def _promotion(self, plan: retention.SweepPlan, chooser: promote.Chooser | None) -> Promotion:
-        """The candidate learnings of the days `plan` would remove, and (against MEMORY.md and PROPOSED.md as they
-        are now) what would be proposed: what a dry run reports, and what a real run writes unless the files
-        change in between (the selection is made again in the write's batch). `chooser`: the [promote] backend;
-        None: the extractive rules (a sweep that only reports, held for an adopted workspace, spends no LLM
-        tokens on days it will not remove)."""
-        limit = self.config.warm.promote_max_per_day
-        days = [d for name in plan.expired if (d := warm_format.parse_day_filename(name)) is not None]
-        if limit <= 0:  # promotion is off: every expired day may go
-            return Promotion(frozenset(plan.expired), None, None, "off")
-        candidates: list[proposals_format.Proposal] = []
-        backend, fallback = "extractive", ""
-        for day in days:
-            self.warm.refresh_day(day)
-            entries = await self.warm.load(day)  # a big day is parsed in a worker thread
-            if not entries:
-                continue
-            found: list[proposals_format.Proposal] | None = None
-            if chooser is not None:
-                try:
-                    found = await chooser.choose(self, day.isoformat(), entries, limit)
-                    backend = chooser.name
-                except Exception as exc:  # any failure: the extractive rules, and the report says why
-                    fallback = f"{day.isoformat()}: {exc}"
-                    log.warning("workspace %s: promotion by %s failed, extractive instead: %s",
-                                self.name, chooser.name, exc)  # fmt: skip
-            candidates += found if found is not None else promote.extract(day.isoformat(), entries)
-        self.refresh()
-        selection = promote.select(candidates, self.cold.learnings, self.proposals.proposals, limit)
-        return Promotion(frozenset(plan.expired), candidates, selection, backend, fallback)
-
-    async def _write_proposals(self, promotion: Promotion) -> str:
-        """Write the selection (made again on the files as this batch finds them) into cold/PROPOSED.md, durably.
-        Returns why it could not ("" when it could, or when there was nothing to write)."""
-        candidates, limit = promotion.candidates or [], self.config.warm.promote_max_per_day
-
-        def edit(draft: Draft) -> promote.Selection:
-            text = draft.edit_proposals()
-            learnings = cold_format.parse_memory(draft.cold) if draft.cold is not None else self.cold.learnings
-            selection = promote.select(candidates, learnings, proposals_format.parse(text), limit)
-            for proposal in selection.proposed:
-                text = proposals_format.insert(text, proposal)
-            if selection.proposed:
-                draft.proposals = text
-            return selection
-
-        if not candidates:
-            return ""
-        try:
-            promotion.selection = await self.write(edit)
-        except MemdError as exc:
-            log.error("workspace %s: proposals not written, expired days kept: %s", self.name, exc.message)
-            return f"its candidate learnings could not be written to cold/PROPOSED.md ({exc.message}); kept"
-        return ""
-
-    def _retention_held(self, confirm: bool) -> bool:
-        """Does this real sweep only report? Yes while the workspace's adoption is pending, unless this sweep
-        confirms it (which is recorded, so later sweeps run too) or warm.adopted_sweep = "run"."""
-        if self.adoption is None or not self.adoption.pending or self.config.warm.adopted_sweep == "run":
-            return False
-        if not confirm:
-            return True
-        self.adoption = self.adoption.confirmed(self.clock.now().isoformat(timespec="seconds"))
-        if self._adoption_file is not None:
-            try:
-                retention.save_adoption(self._adoption_file, self.adoption)
-            except OSError as exc:  # confirmed for this run; the next start asks again
-                log.warning("workspace %s: could not record the confirmation: %s", self.name, exc)
-        log.info("workspace %s: retention confirmed; sweeps of its adopted day files run from now on", self.name)
-        return False
-
-    async def _report_held(self, result: dict[str, Any]) -> dict[str, Any]:
-        expired = result["expired"]
-        how = f"memd sweep {self.name} --confirm (retention.sweep with confirm: true)"
-        result.update(
-            held=True,
-            confirm=how,
-            reason=(
-                f"workspace {self.name!r} had day files in warm/ before memd first served it: sweeps only report "
-                f'what they would remove until one is confirmed with {how}, or warm.adopted_sweep = "run"'
-            ),
-        )
-        if expired:
-            details = (("held", ", ".join(expired)), ("confirm", how))
-            note = f"held: {len(expired)} day file(s) kept until a sweep is confirmed"
-            try:
-                await self.write(lambda draft: draft.log("retention-sweep", details, note))
-            except MemdError as exc:
-                result["log_error"] = exc.message
-        self.last_sweep = result
-        return result
 
     # --- reads ----------------------------------------------------------------------------------------------
 
@@ -486,7 +283,7 @@ class Workspace:
             async with self._exclusive:
                 # Cancelled (a job's timeout, then shutdown: even twice), the worker still changes the stores, so
                 # the writer stays locked until it has finished, never planning a batch on a half-loaded store.
-                return await self._in_worker_to_the_end(self._refresh_and_count)
+                return await self.in_worker_to_the_end(self._refresh_and_count)
         finally:
             self._adopting = False
 

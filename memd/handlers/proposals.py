@@ -15,10 +15,10 @@ from memd.batch import Draft
 from memd.errors import InvalidParams
 from memd.handlers.access import Call, result_with_usage
 from memd.params import Params
+from memd.promote import proposal_json
 from memd.textfmt import escape_inline
 from memd.tiers import cold_format, proposals_format
 from memd.tiers.proposals_format import Proposal
-from memd.workspace import proposal_json
 
 CONTEXT_HEADING = "# Proposed Learnings (not yet accepted)\n"
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from memd import sweep
 from memd.daemon import Daemon
 
 
@@ -41,6 +42,14 @@ class FakeWorkspace:
             return {"workspace": self.name, "removed": [f"{self.name}.md"]}
         finally:
             self.gauge.running -= 1
+
+
+@pytest.fixture(autouse=True)
+def sweeps_of_the_fakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def run(ws: FakeWorkspace, dry_run: bool, confirm: bool = False) -> dict[str, Any]:
+        return await ws.sweep(dry_run, confirm)
+
+    monkeypatch.setattr(sweep, "run", run)
 
 
 def fake_daemon(spaces: list[FakeWorkspace], bound: int) -> Any:

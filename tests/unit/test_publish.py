@@ -17,7 +17,7 @@ from clocks import START
 from edits import note
 from hot_files import context_file, own_file, read_hot
 
-from memd import fsio
+from memd import fsio, sweep
 from memd.batch import Draft
 from memd.errors import CorruptFile, StorageError
 from memd.tiers import hot_format, proposals_format, warm_format
@@ -385,7 +385,7 @@ def test_a_workspace_swapped_for_a_symlink_to_another_is_never_written_there(ws:
     assert ws.hot.doc["task"] != "bob's"
     assert "symlink" in ws.health.identity_error
     with pytest.raises(StorageError):
-        asyncio.run(ws.sweep(dry_run=True))
+        asyncio.run(sweep.run(ws, dry_run=True))
 
 
 def test_another_directory_moved_into_the_workspaces_place_is_refused(ws: Workspace, tmp_path: Path) -> None:
@@ -628,12 +628,12 @@ def test_a_cancelled_sweep_keeps_the_writer_until_its_worker_has_removed_the_day
         draft.log("after the sweep")
 
     async def go() -> None:
-        sweep = asyncio.ensure_future(ws.sweep(dry_run=False, confirm=True))
+        sweeping = asyncio.ensure_future(sweep.run(ws, dry_run=False, confirm=True))
         await asyncio.get_running_loop().run_in_executor(None, removing.wait)
-        sweep.cancel()
+        sweeping.cancel()
         written = asyncio.ensure_future(ws.write(logged))
         with pytest.raises(asyncio.CancelledError):
-            await sweep
+            await sweeping
         await written
 
     asyncio.run(go())

@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memd import fsio, retention
+from memd import fsio, retention, sweep
 from memd.archive import DEFAULT_ARCHIVE_MAX_BYTES, ArchiveTooLarge, read_archive_text
 from memd.config import WarmConfig, WorkspaceConfig, parse_config
 from memd.errors import ConfigError, CorruptFile
@@ -534,7 +534,7 @@ def test_today_is_the_local_date_and_the_window_is_counted_in_dates_across_dst(
     make_days(ws.root / "warm", days)
     expected = tuple(day_name(d) for d in days if (today - d).days >= RETENTION)
 
-    result: dict[str, Any] = asyncio.run(ws.sweep(dry_run=True))
+    result: dict[str, Any] = asyncio.run(sweep.run(ws, dry_run=True))
 
     assert result["today"] == today.isoformat()
     assert tuple(result["expired"]) == expected
@@ -554,7 +554,7 @@ def test_a_real_sweep_removes_what_the_dry_run_listed_and_logs_it_in_the_local_d
     (warm / "notes.md").write_text("mine\n")
 
     async def both() -> tuple[dict[str, Any], dict[str, Any]]:
-        return await ws.sweep(dry_run=True), await ws.sweep(dry_run=False)
+        return await sweep.run(ws, dry_run=True), await sweep.run(ws, dry_run=False)
 
     dry, real = asyncio.run(both())
 
@@ -594,7 +594,7 @@ def test_a_workspace_that_had_day_files_before_memd_served_it_only_reports_until
     make_days(root / "warm", old)  # written by another tool (agents after the article) before memd
     ws = adopted_workspace(root, counter, io)
 
-    held = asyncio.run(ws.sweep(dry_run=False))
+    held = asyncio.run(sweep.run(ws, dry_run=False))
 
     assert held["held"] and held["removed"] == [] and held["expired"] == [day_name(d) for d in old]
     assert "memd sweep w --confirm" in held["confirm"] and "adopted_sweep" in held["reason"]
@@ -604,15 +604,15 @@ def test_a_workspace_that_had_day_files_before_memd_served_it_only_reports_until
     assert ws.last_sweep == held
 
     ws = adopted_workspace(root, counter, io)  # a restart: the record in the state dir says it is still pending
-    assert asyncio.run(ws.sweep(dry_run=False))["held"]
-    assert asyncio.run(ws.sweep(dry_run=True))["expired"] == held["expired"]  # a dry run is a dry run
+    assert asyncio.run(sweep.run(ws, dry_run=False))["held"]
+    assert asyncio.run(sweep.run(ws, dry_run=True))["expired"] == held["expired"]  # a dry run is a dry run
 
-    confirmed = asyncio.run(ws.sweep(dry_run=False, confirm=True))
+    confirmed = asyncio.run(sweep.run(ws, dry_run=False, confirm=True))
 
     assert confirmed["removed"] == [day_name(d) for d in old] and "held" not in confirmed
     make_days(root / "warm", [TODAY - timedelta(days=20)])
     ws = adopted_workspace(root, counter, io)  # confirmed for good
-    assert asyncio.run(ws.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=20))]
+    assert asyncio.run(sweep.run(ws, dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=20))]
 
 
 class CountingChooser:
@@ -642,10 +642,10 @@ def test_a_sweep_held_for_an_adopted_workspace_spends_no_llm_tokens_on_days_it_k
     ws = Workspace(config, counter, clock, io, adoption_file=state, promoter=lambda: chooser)
     ws.open()
 
-    held = asyncio.run(ws.sweep(dry_run=False))
+    held = asyncio.run(sweep.run(ws, dry_run=False))
 
     assert held["held"] and chooser.asked == []  # the scheduled sweep of a held workspace asks no LLM
-    asyncio.run(ws.sweep(dry_run=False, confirm=True))
+    asyncio.run(sweep.run(ws, dry_run=False, confirm=True))
     assert chooser.asked == [d.isoformat() for d in old]  # the sweep that removes them does
 
 
@@ -654,7 +654,7 @@ def test_a_workspace_memd_made_or_served_before_sweeps_at_once(
 ) -> None:
     fresh = adopted_workspace(tmp_path / "fresh", counter, io)
     make_days(fresh.root / "warm", [TODAY - timedelta(days=30)])
-    assert asyncio.run(fresh.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
+    assert asyncio.run(sweep.run(fresh, dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
 
     served = tmp_path / "served"  # days and a hot file memd wrote before adoption records existed
     make_days(served / "warm", [TODAY - timedelta(days=30)])
@@ -662,7 +662,7 @@ def test_a_workspace_memd_made_or_served_before_sweeps_at_once(
     (served / "hot" / "context.json").write_text('{"version": 1, "task": "t"}', encoding="utf-8")
     ws = adopted_workspace(served, counter, io)
     assert ws.adoption is not None and not ws.adoption.adopted
-    assert asyncio.run(ws.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
+    assert asyncio.run(sweep.run(ws, dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
 
 
 def test_adopted_sweep_run_turns_the_hold_off(tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor) -> None:
@@ -671,7 +671,7 @@ def test_adopted_sweep_run_turns_the_hold_off(tmp_path: Path, counter: TokenCoun
     ws = adopted_workspace(root, counter, io, adopted_sweep="run")
 
     assert ws.adoption is not None and ws.adoption.pending
-    assert asyncio.run(ws.sweep(dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
+    assert asyncio.run(sweep.run(ws, dry_run=False))["removed"] == [day_name(TODAY - timedelta(days=30))]
 
 
 def test_an_unreadable_adoption_record_keeps_the_days(
@@ -685,7 +685,7 @@ def test_an_unreadable_adoption_record_keeps_the_days(
 
     ws = adopted_workspace(root, counter, io)
 
-    assert asyncio.run(ws.sweep(dry_run=False))["held"]
+    assert asyncio.run(sweep.run(ws, dry_run=False))["held"]
 
 
 # --- a real sweep through a Workspace whose change sink commits first (snapshots on) ------------------------------
@@ -743,7 +743,7 @@ def test_a_real_sweep_reports_exactly_what_it_did_and_keeps_a_day_edited_after_i
     make_days(root / "warm", [gone, edited, TODAY - timedelta(days=1)])
     ws, sink = committed_workspace(root, counter, io, mode, edited)
 
-    result = asyncio.run(ws.sweep(dry_run=False))
+    result = asyncio.run(sweep.run(ws, dry_run=False))
 
     assert sink.whys == ["retention"]
     subjects = subprocess.run(
@@ -783,7 +783,7 @@ def test_a_sweep_stopped_by_the_disk_says_so_and_rescans_warm(
     from memd.errors import StorageError
 
     with pytest.raises(StorageError) as stopped:
-        asyncio.run(ws.sweep(dry_run=False))
+        asyncio.run(sweep.run(ws, dry_run=False))
 
     assert stopped.value.message == (
         f"retention sweep of 'w' stopped: Input/output error ({root / 'warm' / 'x.md'}); "
@@ -807,7 +807,7 @@ def test_a_sweep_stopped_by_an_error_without_a_file_name_says_so_without_empty_p
     from memd.errors import StorageError
 
     with pytest.raises(StorageError) as stopped:
-        asyncio.run(ws.sweep(dry_run=False))
+        asyncio.run(sweep.run(ws, dry_run=False))
 
     assert stopped.value.message == (
         "retention sweep of 'w' stopped: No space left on device; files not yet removed stay in warm/"
@@ -826,7 +826,7 @@ def test_a_sweep_in_archive_mode_keeps_to_the_workspaces_archive_cap(
     ws = Workspace(WorkspaceConfig(name="w", path=root, warm=warm_config), counter, clock, io)
     ws.open()
 
-    result = asyncio.run(ws.sweep(dry_run=False))
+    result = asyncio.run(sweep.run(ws, dry_run=False))
 
     assert result["removed"] == [day_name(small)]
     assert [k["day"] for k in result["kept"]] == [day_name(huge)]
@@ -848,7 +848,7 @@ def test_a_sweep_whose_log_line_cannot_be_written_still_removes_and_reports_why_
     today_is_a_directory(root)
     ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
 
-    result = asyncio.run(ws.sweep(dry_run=False))
+    result = asyncio.run(sweep.run(ws, dry_run=False))
 
     assert result["removed"] == [day_name(old)]
     assert day_name(TODAY) in result["log_error"]
@@ -864,7 +864,7 @@ def test_a_held_sweep_whose_log_line_cannot_be_written_reports_why_the_line_is_m
     today_is_a_directory(root)
     ws = adopted_workspace(root, counter, io)
 
-    held = asyncio.run(ws.sweep(dry_run=False))
+    held = asyncio.run(sweep.run(ws, dry_run=False))
 
     assert held["held"] is True and held["removed"] == []
     assert day_name(TODAY) in held["log_error"]
@@ -874,13 +874,13 @@ def test_a_held_sweep_whose_log_line_cannot_be_written_reports_why_the_line_is_m
 def test_a_held_sweep_logs_what_it_kept_and_how_to_confirm_and_a_confirmation_is_logged(
     tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("INFO", logger="memd.workspace")
+    caplog.set_level("INFO", logger="memd.sweep")
     root = tmp_path / "ws"
     old = [TODAY - timedelta(days=k) for k in (30, 9)]
     make_days(root / "warm", old)
     ws = adopted_workspace(root, counter, io)
 
-    held = asyncio.run(ws.sweep(dry_run=False))
+    held = asyncio.run(sweep.run(ws, dry_run=False))
 
     how = "memd sweep w --confirm (retention.sweep with confirm: true)"
     assert held["confirm"] == how and "log_error" not in held
@@ -894,7 +894,7 @@ def test_a_held_sweep_logs_what_it_kept_and_how_to_confirm_and_a_confirmation_is
     ]
 
     caplog.clear()
-    asyncio.run(ws.sweep(dry_run=False, confirm=True))
+    asyncio.run(sweep.run(ws, dry_run=False, confirm=True))
 
     assert [r.getMessage() for r in caplog.records if r.levelname == "INFO"] == [
         "workspace w: retention confirmed; sweeps of its adopted day files run from now on"
@@ -911,10 +911,10 @@ def test_a_confirmation_that_cannot_be_recorded_still_runs_this_sweep_and_says_w
     record.unlink()
     record.mkdir()  # the record's path is now a directory: saving it fails
 
-    result = asyncio.run(ws.sweep(dry_run=False, confirm=True))
+    result = asyncio.run(sweep.run(ws, dry_run=False, confirm=True))
 
     assert result["removed"] == [day_name(TODAY - timedelta(days=30))]
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "memd.workspace"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "memd.sweep"]
     assert len(warnings) == 1 and warnings[0].startswith("workspace w: could not record the confirmation: [Errno")
 
 
@@ -936,12 +936,12 @@ def test_a_real_sweep_proposes_what_an_expiring_day_marked_as_a_learning_and_log
     ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
     proposals = root / "cold" / "PROPOSED.md"
 
-    dry = asyncio.run(ws.sweep(dry_run=True))
+    dry = asyncio.run(sweep.run(ws, dry_run=True))
 
     assert [p["text"] for p in dry["proposed"]] and not proposals.exists()  # listed, not written
     assert (root / "warm" / day_name(old)).exists()
 
-    real = asyncio.run(ws.sweep(dry_run=False))
+    real = asyncio.run(sweep.run(ws, dry_run=False))
 
     ids = [p["id"] for p in real["proposed"]]
     assert len(ids) == 2 and real["removed"] == [day_name(old)] and real["kept"] == []
@@ -969,7 +969,7 @@ def test_proposals_that_cannot_be_written_keep_every_expired_day_with_the_reason
     elsewhere.write_text("", encoding="utf-8")
     (root / "cold" / "PROPOSED.md").symlink_to(elsewhere)  # memd never writes through a symlink
 
-    result = asyncio.run(ws.sweep(dry_run=False))
+    result = asyncio.run(sweep.run(ws, dry_run=False))
 
     assert result["removed"] == []
     assert [k["day"] for k in result["kept"]] == [day_name(learned_day), day_name(plain_day)]
