@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -582,6 +582,141 @@ def test_failures_back_off_exponentially_up_to_the_maximum_and_a_success_resets(
     run(checkpointer.run(ws, force=True))
     status = checkpointer.status_for("alpha")
     assert status["consecutive_failures"] == 0 and status["last_error"] is None and status["runs"] == 1
+
+
+def test_status_says_everything_about_a_workspaces_checkpoints_and_starts_from_the_saved_spend(
+    make_workspace: Callable[..., Workspace], tmp_path: Path, io: ThreadPoolExecutor
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    now = Monotonic()
+    spend_file = tmp_path / "state" / "llm-spend.json"
+    spend_file.parent.mkdir(parents=True)
+    spend_file.write_text('{"workspaces": {"beta": {"day": "2024-03-15", "tokens": 123}}}', encoding="utf-8")
+    checkpointer = Checkpointer(
+        CheckpointConfig(backoff_seconds=10, min_fact_coverage=0.0),
+        Failing(),
+        Snapshotter(SnapshotConfig(enabled=False), tmp_path / "state", io),
+        1_000_000,
+        10.0,
+        now,
+        spend_file=spend_file,
+    )
+    quiet = {
+        "runs": 0,
+        "in_flight": False,
+        "consecutive_failures": 0,
+        "failed": 0,
+        "last_error": None,
+        "backoff_seconds_left": 0,
+        "last": None,
+        "llm_tokens_today": 0,
+        "llm_tokens": 0,
+        "redactions": {},
+        "llm_summaries_rejected": 0,
+        "last_rejection": None,
+        "held_after_undo": False,
+    }
+    assert checkpointer.status_for("alpha") == {"runs": 0, "in_flight": False}
+    assert checkpointer.status_for("beta") == {**quiet, "llm_tokens_today": 123}  # spent before a restart
+
+    with pytest.raises(CheckpointFailed):
+        run(checkpointer.run(ws, force=True))
+    failed = {**quiet, "consecutive_failures": 1, "failed": 1, "last_error": "the endpoint is down"}
+    assert checkpointer.status_for("alpha") == {**failed, "backoff_seconds_left": 10}
+    now.value += 2.46
+    assert checkpointer.status_for("alpha") == {**failed, "backoff_seconds_left": 7.5}
+    now.value += 7.54
+    assert checkpointer.status_for("alpha") == failed
+
+    checkpointer.summarizer = Described()
+    record = run(checkpointer.run(ws, force=True))
+
+    assert checkpointer.status_for("alpha") == {
+        **quiet,
+        "runs": 1,
+        "failed": 1,
+        "last": {k: record[k] for k in ("id", "at", "tokens_before", "tokens_after")},
+        "llm_tokens_today": 10,
+        "llm_tokens": 10,
+        "redactions": {"aws": 1},
+    }
+
+
+def test_a_hot_change_schedules_a_checkpoint_once_hot_reaches_the_threshold_and_other_tiers_never_do(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws, notes=60))
+    tokens = ws.hot.tokens
+    at = make_workspace(budget=replace(BUDGET, hot=tokens, checkpoint_threshold=1.0))  # exactly at the threshold
+    below = make_checkpointer()
+    assert below.over_threshold(at) is True
+    just_below = make_workspace(budget=replace(BUDGET, hot=tokens + 1, checkpoint_threshold=1.0))
+    assert below.over_threshold(just_below) is False
+
+    ws = make_workspace()
+    checkpointer = make_checkpointer()
+
+    async def go() -> list[int]:
+        runs = []
+        for tiers in ({"warm"}, {"cold"}, {"hot"}):
+            checkpointer.on_change(ws, frozenset(tiers), "write")
+            await checkpointer.drain()
+            runs.append(checkpointer.status_for("alpha")["runs"])
+        return runs
+
+    assert run(go()) == [0, 0, 1]
+
+
+def test_after_an_undo_automatic_checkpoints_wait_until_hot_grows_again(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    tmp_path: Path,
+    io: ThreadPoolExecutor,
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws, notes=60))
+    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
+    checkpointer = make_checkpointer(snapshots=snapshots)
+    record = run(checkpointer.run(ws, force=True))
+
+    async def go() -> list[bool]:
+        await checkpointer.undo(ws, record["id"])
+        assert checkpointer.over_threshold(ws)  # everything is back: over the threshold again
+        scheduled = [checkpointer.maybe_schedule(ws), checkpointer.status_for("alpha")["held_after_undo"]]
+        await add_notes(ws, ["one more note after the undo"])
+        scheduled.append(checkpointer.maybe_schedule(ws))
+        await checkpointer.drain()
+        scheduled.append(checkpointer.status_for("alpha")["held_after_undo"])
+        return scheduled
+
+    assert run(go()) == [False, True, True, False]
+    assert checkpointer.status_for("alpha")["runs"] == 2
+
+
+def test_a_reload_gives_the_next_checkpoint_its_summarizer_cap_and_deadline(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    checkpointer = make_checkpointer(Canned())
+    spender = Canned(name="openai")
+
+    checkpointer.reconfigure(CheckpointConfig(min_fact_coverage=0.0, keep_decisions=1), spender, 5, 10.0)
+    with pytest.raises(CheckpointFailed, match=r"llm.max_tokens_per_day = 5\)"):
+        run(checkpointer.run(ws, force=True))
+    assert spender.requests == []
+
+    slow = Canned(name="openai", during=lambda: asyncio.sleep(1))
+    checkpointer.reconfigure(CheckpointConfig(min_fact_coverage=0.0, keep_decisions=1), slow, 1_000_000, 0.05)
+    with pytest.raises(CheckpointFailed, match="missed the 0s deadline"):
+        run(checkpointer.run(ws, force=True))
+
+    checkpointer.reconfigure(CheckpointConfig(min_fact_coverage=0.0, keep_decisions=1), spender, 1_000_000, 10.0)
+    run(checkpointer.run(ws, force=True))
+    assert len(spender.requests) == 1
+    assert len(ws.hot.doc["decisions"]) == 1  # the reloaded keep_decisions
 
 
 def test_automatic_checkpoints_wait_out_the_backoff(
