@@ -719,6 +719,69 @@ def test_a_reload_gives_the_next_checkpoint_its_summarizer_cap_and_deadline(
     assert len(ws.hot.doc["decisions"]) == 1  # the reloaded keep_decisions
 
 
+class Broken:
+    name = "openai"
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        raise RuntimeError("a bug in the summarizer")
+
+
+def test_an_unexpected_error_fails_the_checkpoint_with_its_type_logged_with_its_traceback_and_backed_off(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws, notes=60))
+    now = Monotonic()
+    checkpointer = make_checkpointer(
+        Broken(), config=CheckpointConfig(backoff_seconds=10, min_fact_coverage=0.0), now=now
+    )
+
+    with pytest.raises(CheckpointFailed) as failed:
+        run(checkpointer.run(ws, force=False))
+
+    assert failed.value.message == "checkpoint failed: RuntimeError: a bug in the summarizer"
+    status = checkpointer.status_for("alpha")
+    assert (status["in_flight"], status["consecutive_failures"], status["failed"]) == (False, 1, 1)
+    assert status["last_error"] == "RuntimeError: a bug in the summarizer"
+    logged = [
+        (r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records if r.name == "memd.checkpoint"
+    ]
+    assert logged == [
+        (
+            "WARNING",
+            "checkpoint of alpha failed (1 in a row, next try in 10s): RuntimeError: a bug in the summarizer",
+            False,
+        ),
+        ("ERROR", "checkpoint of alpha failed unexpectedly", True),
+    ]
+    with pytest.raises(CheckpointFailed, match="backing off after failures: RuntimeError: a bug in the summarizer"):
+        run(checkpointer.run(ws, force=False))
+    now.value += 10  # exactly the end of the backoff: the next automatic run goes ahead
+    checkpointer.summarizer = Canned()
+    run(checkpointer.run(ws, force=False))
+    assert checkpointer.status_for("alpha")["runs"] == 1
+
+
+def test_a_manual_checkpoint_with_nothing_to_compress_is_an_answer_and_an_automatic_one_below_the_threshold_too(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
+) -> None:
+    ws = make_workspace()
+    run(set_progress(ws, "only pinned context"))
+    checkpointer = make_checkpointer()
+
+    with pytest.raises(CheckpointFailed) as manual:
+        run(checkpointer.run(ws, force=True))
+    with pytest.raises(CheckpointFailed) as automatic:
+        run(checkpointer.run(ws, force=False))
+
+    assert manual.value.data == {"reason": "nothing_to_compress"}
+    assert automatic.value.message == "hot tier of 'alpha' is below the checkpoint threshold; nothing to do"
+    status = checkpointer.status_for("alpha")
+    assert (status["consecutive_failures"], status["failed"], status["runs"]) == (0, 0, 0)
+
+
 def test_automatic_checkpoints_wait_out_the_backoff(
     make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer]
 ) -> None:
