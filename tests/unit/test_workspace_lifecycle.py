@@ -198,6 +198,7 @@ def test_a_workspace_queues_at_most_ten_thousand_writes_by_default(
 def test_the_workspaces_own_io_threads_do_its_work(root: Path, counter: TokenCounter) -> None:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="alpha-io") as one_io:
         ws = make(root, counter, one_io)
+        archive(root, "2024-01-15", "# Activity Log 2024-01-15\n\n### 08:00:00 - archived work\n")
         ws.open()
         day_file(root, TODAY.isoformat())
 
@@ -206,10 +207,12 @@ def test_the_workspaces_own_io_threads_do_its_work(root: Path, counter: TokenCou
             one_io.submit(gate.wait)  # the workspace's I/O thread is busy
             adopting = asyncio.ensure_future(ws.adopt())
             reading = asyncio.ensure_future(ws.in_worker_to_the_end(lambda: threading.current_thread().name))
+            archived = asyncio.ensure_future(ws.read_day(date(2024, 1, 15)))
             await asyncio.sleep(0.05)
-            waited = not adopting.done() and not reading.done()
+            waited = not adopting.done() and not reading.done() and not archived.done()
             gate.set()
             await adopting
+            assert (await archived)[1] == "archive"
             return waited, await reading
 
         waited, thread = asyncio.run(go())
@@ -254,6 +257,12 @@ def test_a_reloaded_config_moves_today_the_budgets_the_size_caps_and_the_queue_b
         asyncio.run(ws.write(lambda d: d.learn("Testing", "z" * 200)))
     with pytest.raises(StorageError, match="warm_day_max_bytes"):
         asyncio.run(ws.write(lambda d: d.log("w" * 100)))
+
+    def propose(draft: Any) -> None:
+        draft.proposals = draft.edit_proposals() + "p" * 200
+
+    with pytest.raises(StorageError, match="cold_max_bytes"):  # PROPOSED.md is capped like MEMORY.md
+        asyncio.run(ws.write(propose))
 
 
 def test_a_reloaded_queue_bound_refuses_what_does_not_fit(
