@@ -183,6 +183,9 @@ class GitRepo:
         self.git = git
         self.paths = tuple(paths)
         self._root: tuple[int, int] | None = None  # (device, inode) of the workspace directory, pinned on first use
+        # Once HEAD is seen to exist, `stage` stops asking (one git process less per snapshot); a diff against a
+        # HEAD that is gone again (the repository deleted and made again, the branch deleted) asks once more.
+        self._has_commits = False
         with contextlib.suppress(GitError):
             self.check_root()
 
@@ -395,13 +398,24 @@ class GitRepo:
             return []
         self._add(self._present, ("--all", "--ignore-errors"), must_succeed=False)
         self._add(self._tier_files, ("--force",), must_succeed=True)
-        if self.returncode("rev-parse", "--verify", "--quiet", "HEAD") != 0:  # no commit yet
+        diff = ("diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *OWN_FILES_PATHSPECS)
+        listing: bytes | None = None
+        if self._has_commits:
+            try:
+                listing = self.run(*diff)
+            except GitError:
+                if self._has_head():
+                    raise
+                self._has_commits = False  # HEAD gone meanwhile (the repository made again, the branch deleted)
+        elif self._has_head():
+            self._has_commits = True
+            listing = self.run(*diff)
+        if listing is None:  # no commit yet: everything staged is new
             listing = self.run("ls-files", "-z", "--", *present, *OWN_FILES_PATHSPECS)
-        else:
-            listing = self.run(
-                "diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *OWN_FILES_PATHSPECS
-            )
         return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
+
+    def _has_head(self) -> bool:
+        return self.returncode("rev-parse", "--verify", "--quiet", "HEAD") == 0
 
     def _present(self) -> list[str]:
         return [p for p in self.paths if (self.work_tree / p).exists() or self._tracked(p)]
@@ -487,15 +501,16 @@ class GitRepo:
             *paths,
             input=message,
         )
+        self._has_commits = True
         return self.head()
 
     def head(self) -> str:
         return self.run("rev-parse", "HEAD").decode().strip()
 
-    def committed_files(self, directory: str) -> tuple[str, dict[str, str]]:
-        """HEAD and the blob id of each regular file directly in `directory` at HEAD (name -> id), in one
-        `ls-tree`: what retention checks each day file against before it deletes it."""
-        head = self.head()
+    def committed_files(self, directory: str, commit: str = "") -> tuple[str, dict[str, str]]:
+        """`commit` (default HEAD) and the blob id of each regular file directly in `directory` in it (name -> id),
+        in one `ls-tree`: what retention checks each day file against before it deletes it."""
+        head = commit or self.head()
         out = self.run("ls-tree", "-z", "--full-tree", head, "--", f"{directory}/")
         blobs: dict[str, str] = {}
         for record in out.split(b"\0"):

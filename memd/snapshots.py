@@ -146,8 +146,9 @@ class Snapshotter:
             rev, _ = await self._snapshot_locked(ws, state, f"before {why}", None)
             if rev and state.repo is not None:
                 try:
+                    # The commit just made (or HEAD, when nothing had changed): no `rev-parse` to find it again.
                     head, blobs = await asyncio.get_running_loop().run_in_executor(
-                        self._io, state.repo.committed_files, "warm"
+                        self._io, state.repo.committed_files, "warm", rev
                     )
                     held = Held(head, blobs)
                 except GitError as exc:

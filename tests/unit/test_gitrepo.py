@@ -467,6 +467,35 @@ def test_committed_files_lists_the_regular_files_directly_in_a_directory(repo: G
     assert blobs["2026-01-01.md"] == retention.blob_id(b"one\n")
 
 
+def test_committed_files_of_a_given_commit_are_that_commits_not_heads(repo: GitRepo) -> None:
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
+    snapshot(repo)
+    first = repo.head()
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one, edited\n")
+    snapshot(repo)
+
+    head, blobs = repo.committed_files("warm", first)
+
+    assert head == first != repo.head()
+    assert blobs == {"2026-01-01.md": retention.blob_id(b"one\n")}
+
+
+def test_a_branch_a_person_deleted_after_memds_commits_starts_afresh_at_the_next_snapshot(repo: GitRepo) -> None:
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
+    snapshot(repo)
+    branch = person_git(repo.work_tree, "symbolic-ref", "HEAD").strip()
+    person_git(repo.work_tree, "update-ref", "-d", branch)  # HEAD names a branch that no longer exists
+    write(repo.work_tree / "warm" / "2026-01-01.md", "two\n")
+
+    paths = repo.stage()
+    repo.commit(paths, "memd: after the reset", "", {})
+
+    assert "warm/2026-01-01.md" in paths
+    assert repo.show("HEAD", "warm/2026-01-01.md") == b"two\n"
+    write(repo.work_tree / "warm" / "2026-01-01.md", "three\n")
+    assert repo.stage() == ["warm/2026-01-01.md"]  # a diff against the new HEAD again
+
+
 def test_a_repository_made_by_an_older_memd_gets_memds_rules_added_not_replaced(repo: GitRepo) -> None:
     exclude = repo.git_dir / "info" / "exclude"
     exclude.write_text("# written by memd\n*.memd-tmp-*\n.git.memd-tmp-*\nscratch/\n")  # plus a person's line
