@@ -547,8 +547,13 @@ def test_a_second_checkpoint_while_one_runs_is_busy(
         first = asyncio.ensure_future(checkpointer.run(ws, force=True))
         while not checkpointer.status_for("alpha")["in_flight"]:
             await asyncio.sleep(0.01)
-        with pytest.raises(Busy):
+        with pytest.raises(Busy) as busy:
             await checkpointer.run(ws, force=True)
+        assert busy.value.message == "a checkpoint of 'alpha' is already running"
+        with pytest.raises(Busy) as undo:
+            await checkpointer.undo(ws, "ckpt-any")
+        assert undo.value.message == "a checkpoint of 'alpha' is running; undo it once it has finished"
+        assert checkpointer.maybe_schedule(ws) is False  # over the threshold, but one is in flight
         release.set()
         await first
 
@@ -578,6 +583,7 @@ def test_failures_back_off_exponentially_up_to_the_maximum_and_a_success_resets(
     assert waits == [10, 20, 35, 35]
     status = checkpointer.status_for("alpha")
     assert status["consecutive_failures"] == 4 and status["last_error"] == "the endpoint is down"
+    assert status["failed"] == 4
     checkpointer.summarizer = Canned()
     run(checkpointer.run(ws, force=True))
     status = checkpointer.status_for("alpha")
@@ -780,6 +786,81 @@ def test_a_manual_checkpoint_with_nothing_to_compress_is_an_answer_and_an_automa
     assert automatic.value.message == "hot tier of 'alpha' is below the checkpoint threshold; nothing to do"
     status = checkpointer.status_for("alpha")
     assert (status["consecutive_failures"], status["failed"], status["runs"]) == (0, 0, 0)
+
+
+def test_promotions_spend_through_the_same_daily_cap_and_a_record_is_found_by_its_id(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], clock: FixedClock
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    checkpointer = make_checkpointer(max_tokens_per_day=100_000)
+
+    checkpointer.charge_llm(ws, 300, {"aws": 1})
+
+    assert checkpointer.llm_tokens_left(ws) == 99_700
+    status = checkpointer.status_for("alpha")
+    assert (status["llm_tokens_today"], status["redactions"]) == (300, {"aws": 1})
+    clock.current = START + timedelta(days=1)
+    assert checkpointer.llm_tokens_left(ws) == 100_000
+    record = run(checkpointer.run(ws, force=True))
+    assert run(checkpointer.find_record(ws, record["id"]))["id"] == record["id"]
+
+
+class MeteredFailure:
+    """An LLM summarizer whose call fails after sending: what it sent is metered, as the openai backend does."""
+
+    name = "openai"
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        request.meter.tokens += 1234
+        raise CheckpointFailed("the endpoint closed the connection")
+
+
+def test_a_failed_llm_call_is_charged_what_it_sent_and_the_extractive_summarizer_never_touches_the_ledger(
+    make_workspace: Callable[..., Workspace], tmp_path: Path, io: ThreadPoolExecutor, counter: TokenCounter
+) -> None:
+    ws = make_workspace()
+    run(seeded(ws))
+    spend_file = tmp_path / "state" / "llm-spend.json"
+
+    def checkpointer(summarizer: Any) -> Checkpointer:
+        snapshots = Snapshotter(SnapshotConfig(enabled=False), tmp_path / "state", io)
+        config = CheckpointConfig(min_fact_coverage=0.0)
+        return Checkpointer(config, summarizer, snapshots, 1_000_000, 10.0, Monotonic(), spend_file=spend_file)
+
+    run(checkpointer(ExtractiveSummarizer(counter)).run(ws, force=True))
+    assert not spend_file.exists()
+
+    failing = checkpointer(MeteredFailure())
+    run(seeded(ws))
+    with pytest.raises(CheckpointFailed):
+        run(failing.run(ws, force=True))
+    assert failing.status_for("alpha")["llm_tokens_today"] == 1234
+    assert json.loads(spend_file.read_bytes())["workspaces"]["alpha"]["tokens"] == 1234
+
+
+def test_the_daily_cap_allows_a_checkpoint_whose_estimate_just_fits_and_refuses_one_token_more(
+    make_workspace: Callable[..., Workspace], make_checkpointer: Callable[..., Checkpointer], counter: TokenCounter
+) -> None:
+    # The estimate before a call: the entries' tokens, a tenth more and 400 for the prompt's framing, and the
+    # summary's allotment.
+    ws = make_workspace()
+    run(seeded(ws))
+    spender = Canned(name="openai")
+    checkpointer = make_checkpointer(spender, max_tokens_per_day=100_000)
+    plan = checkpointer.plan(ws, ws.hot.doc)
+    entries = sum(counter.count(e.text) for e in plan.entries)
+    estimate = entries + entries // 10 + 400 + plan.allotment
+
+    checkpointer.charge_llm(ws, 100_000 - estimate + 1, {})
+    with pytest.raises(CheckpointFailed, match=f"~{estimate} needed"):
+        run(checkpointer.run(ws, force=True))
+    assert spender.requests == []
+
+    fresh = make_checkpointer(spender, max_tokens_per_day=100_000)
+    fresh.charge_llm(ws, 100_000 - estimate, {})
+    run(fresh.run(ws, force=True))
+    assert len(spender.requests) == 1
 
 
 def test_automatic_checkpoints_wait_out_the_backoff(

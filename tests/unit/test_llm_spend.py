@@ -81,6 +81,11 @@ def test_an_unreadable_ledger_counts_from_zero_with_a_warning(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith(f"could not read LLM spend from {path} (")
     assert warnings[0].endswith("); counting from zero today")
+    if content == b"not json":
+        assert warnings == [
+            f"could not read LLM spend from {path} (Expecting value: line 1 column 1 (char 0)); "
+            "counting from zero today"
+        ]
 
 
 def test_a_missing_ledger_is_a_first_start_without_a_warning(path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -98,4 +103,4 @@ def test_a_ledger_that_cannot_be_saved_still_counts_and_warns(path: Path, caplog
     assert ledger.left("alpha", DAY) == 70
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2  # reading it, then saving it
-    assert warnings[1].startswith(f"could not save LLM spend to {path}: ")
+    assert warnings[1].startswith(f"could not save LLM spend to {path}: [Errno ")

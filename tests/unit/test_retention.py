@@ -977,5 +977,10 @@ def test_proposals_that_cannot_be_written_keep_every_expired_day_with_the_reason
                for k in result["kept"])  # fmt: skip
     assert (root / "warm" / day_name(learned_day)).exists() and (root / "warm" / day_name(plain_day)).exists()
     assert elsewhere.read_text(encoding="utf-8") == ""
-    assert any(r.levelname == "ERROR" and "proposals not written, expired days kept" in r.getMessage()
-               for r in caplog.records)  # fmt: skip
+    reason = result["kept"][0]["reason"]
+    why = reason.removeprefix("its candidate learnings could not be written to cold/PROPOSED.md (").removesuffix(
+        "); kept"
+    )
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "memd.sweep"] == [
+        ("ERROR", f"workspace w: proposals not written, expired days kept: {why}")
+    ]
