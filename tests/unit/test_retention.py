@@ -768,15 +768,28 @@ def test_a_real_sweep_reports_exactly_what_it_did_and_keeps_a_day_edited_after_i
     assert ws.last_sweep is not None and ws.last_sweep["removed"] == [day_name(gone)]
 
 
-def test_a_sweep_stopped_by_the_disk_says_so_and_rescans_warm(
-    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (OSError(5, "Input/output error", "warm/x.md"), "Input/output error (warm/x.md)"),
+        (OSError(28, "No space left on device"), "No space left on device"),  # no file name: no empty "()"
+    ],
+    ids=["with a file name", "without"],
+)
+def test_a_sweep_stopped_by_the_disk_says_so(
+    tmp_path: Path,
+    counter: TokenCounter,
+    io: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+    error: OSError,
+    said: str,
 ) -> None:
     root = tmp_path / "ws"
     make_days(root / "warm", [TODAY - timedelta(days=30)])
     ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
 
     def failing(*args: Any) -> Any:
-        raise OSError(5, "Input/output error", str(root / "warm" / "x.md"))
+        raise error
 
     monkeypatch.setattr(retention, "delete_expired", failing)
 
@@ -785,33 +798,8 @@ def test_a_sweep_stopped_by_the_disk_says_so_and_rescans_warm(
     with pytest.raises(StorageError) as stopped:
         asyncio.run(sweep.run(ws, dry_run=False))
 
-    assert stopped.value.message == (
-        f"retention sweep of 'w' stopped: Input/output error ({root / 'warm' / 'x.md'}); "
-        "files not yet removed stay in warm/"
-    )
-    assert stopped.value.data == {"errno": 5}
-
-
-def test_a_sweep_stopped_by_an_error_without_a_file_name_says_so_without_empty_parentheses(
-    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root = tmp_path / "ws"
-    make_days(root / "warm", [TODAY - timedelta(days=30)])
-    ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
-
-    def failing(*args: Any) -> Any:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(retention, "delete_expired", failing)
-
-    from memd.errors import StorageError
-
-    with pytest.raises(StorageError) as stopped:
-        asyncio.run(sweep.run(ws, dry_run=False))
-
-    assert stopped.value.message == (
-        "retention sweep of 'w' stopped: No space left on device; files not yet removed stay in warm/"
-    )
+    assert stopped.value.message == f"retention sweep of 'w' stopped: {said}; files not yet removed stay in warm/"
+    assert stopped.value.data == {"errno": error.errno}
 
 
 def test_a_sweep_in_archive_mode_keeps_to_the_workspaces_archive_cap(

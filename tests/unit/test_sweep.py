@@ -13,12 +13,12 @@ import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clocks import FixedClock
 from edits import note
 
 from memd import sweep
@@ -55,19 +55,11 @@ def entry(time: str, action: str, result: str = "") -> str:
     return f"\n### {time} - {action}\n{FENCE}\nlearn: true\n{FENCE}\n" + (f"Result: {result}\n" if result else "")
 
 
-@dataclass
-class Clock:
-    instant: datetime
-
-    def now(self) -> datetime:
-        return self.instant
-
-
 def open_ws(
     root: Path, counter: TokenCounter, io: ThreadPoolExecutor, promote_max_per_day: int = 3, chooser: Any = None
 ) -> Workspace:
     warm = WarmConfig(timezone="UTC", retention_days=7, promote_max_per_day=promote_max_per_day)
-    ws = Workspace(WorkspaceConfig("w", root, warm=warm), counter, Clock(NOW), io, promoter=lambda: chooser)
+    ws = Workspace(WorkspaceConfig("w", root, warm=warm), counter, FixedClock(NOW), io, promoter=lambda: chooser)
     ws.open()
     return ws
 
@@ -305,7 +297,7 @@ def test_a_held_sweep_asks_no_chooser(root: Path, counter: TokenCounter, io: Thr
     chooser = Chooser()
     warm = WarmConfig(timezone="UTC", retention_days=7)
     config = WorkspaceConfig("w", root, warm=warm)
-    ws = Workspace(config, counter, Clock(NOW), io, promoter=lambda: chooser, adoption_file=root.parent / "w.json")
+    ws = Workspace(config, counter, FixedClock(NOW), io, promoter=lambda: chooser, adoption_file=root.parent / "w.json")
     ws.open()
 
     held = asyncio.run(sweep.run(ws, dry_run=False))
