@@ -822,18 +822,20 @@ def test_a_sweep_in_archive_mode_keeps_to_the_workspaces_archive_cap(
     assert (root / "warm" / day_name(huge)).stat().st_size == MIB + 1
 
 
-def today_is_a_directory(root: Path) -> None:
-    """The path of today's day file taken by a directory: nothing can be logged today, everything else works."""
+def an_expired_day_and_no_room_for_today(root: Path) -> date:
+    """One expired day, and the path of today's day file taken by a directory: nothing can be logged today,
+    everything else works. Returns the expired day."""
+    old = TODAY - timedelta(days=30)
+    make_days(root / "warm", [old])
     (root / "warm" / day_name(TODAY)).mkdir(parents=True)
+    return old
 
 
 def test_a_sweep_whose_log_line_cannot_be_written_still_removes_and_reports_why_the_line_is_missing(
     tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
 ) -> None:
     root = tmp_path / "ws"
-    old = TODAY - timedelta(days=30)
-    make_days(root / "warm", [old])
-    today_is_a_directory(root)
+    old = an_expired_day_and_no_room_for_today(root)
     ws = open_workspace(root, counter, io, datetime(2026, 11, 20, 12, 0, tzinfo=UTC), "UTC")
 
     result = asyncio.run(sweep.run(ws, dry_run=False))
@@ -847,9 +849,7 @@ def test_a_held_sweep_whose_log_line_cannot_be_written_reports_why_the_line_is_m
     tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
 ) -> None:
     root = tmp_path / "ws"
-    old = TODAY - timedelta(days=30)
-    make_days(root / "warm", [old])
-    today_is_a_directory(root)
+    old = an_expired_day_and_no_room_for_today(root)
     ws = adopted_workspace(root, counter, io)
 
     held = asyncio.run(sweep.run(ws, dry_run=False))
