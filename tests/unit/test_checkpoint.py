@@ -122,6 +122,12 @@ def make_checkpointer(tmp_path: Path, io: ThreadPoolExecutor) -> Callable[..., C
     return make
 
 
+@pytest.fixture
+def git_snapshots(tmp_path: Path, io: ThreadPoolExecutor) -> Snapshotter:
+    """Snapshots on, in the test's state dir; a minute's settle time, so only the checkpoint's own commits happen."""
+    return Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
@@ -348,8 +354,7 @@ def test_a_pinned_recipe_decision_equal_to_a_compressed_one_is_kept(
 def test_a_note_without_id_whose_twin_is_compressed_stays_pinned_and_the_checkpoint_applies_and_shows_it(
     make_workspace: Callable[..., Workspace],
     make_checkpointer: Callable[..., Checkpointer],
-    tmp_path: Path,
-    io: ThreadPoolExecutor,
+    git_snapshots: Snapshotter,
 ) -> None:
     # Another tool's notes carry no id and are keyed by content and occurrence: the older twin is `sha256:…`, the
     # newer `sha256:…#1`. Removing the older must not make the guard see the newer (pinned) one vanish, or every
@@ -358,7 +363,7 @@ def test_a_note_without_id_whose_twin_is_compressed_stays_pinned_and_the_checkpo
     notes = [dict(twin)] + [{"ts": "2026-03-21T09:05:00+00:00", "text": note_text(i)} for i in range(40)]
     notes.append(dict(twin))
     ws = make_workspace(hot={**RECIPE_HOT, "notes": notes})
-    checkpointer = make_checkpointer(snapshots=Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io))
+    checkpointer = make_checkpointer(snapshots=git_snapshots)
     plan = checkpointer.plan(ws, ws.hot.doc)
     assert entry_key(twin) in [e.key for e in plan.entries]
     assert entry_key(twin) + "#1" in plan.kept_notes
@@ -678,13 +683,11 @@ def test_a_hot_change_schedules_a_checkpoint_once_hot_reaches_the_threshold_and_
 def test_after_an_undo_automatic_checkpoints_wait_until_hot_grows_again(
     make_workspace: Callable[..., Workspace],
     make_checkpointer: Callable[..., Checkpointer],
-    tmp_path: Path,
-    io: ThreadPoolExecutor,
+    git_snapshots: Snapshotter,
 ) -> None:
     ws = make_workspace()
     run(seeded(ws, notes=60))
-    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
-    checkpointer = make_checkpointer(snapshots=snapshots)
+    checkpointer = make_checkpointer(snapshots=git_snapshots)
     record = run(checkpointer.run(ws, force=True))
 
     async def go() -> list[bool]:
@@ -1296,22 +1299,20 @@ def test_a_rejected_summary_without_a_fallback_or_from_the_extractive_summarizer
 def test_a_checkpoint_whose_pre_state_cannot_be_committed_is_refused_with_the_snapshot_error(
     make_workspace: Callable[..., Workspace],
     make_checkpointer: Callable[..., Checkpointer],
-    tmp_path: Path,
-    io: ThreadPoolExecutor,
+    git_snapshots: Snapshotter,
 ) -> None:
     ws = make_workspace()
     run(seeded(ws))
-    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
-    run(snapshots.snapshot(ws, "start"))  # the repository exists; then a merge is left in progress in it
-    git_dir = Path(snapshots.repo_state(ws).repo.git_dir)  # type: ignore[union-attr]
+    run(git_snapshots.snapshot(ws, "start"))  # the repository exists; then a merge is left in progress in it
+    git_dir = Path(git_snapshots.repo_state(ws).repo.git_dir)  # type: ignore[union-attr]
     (git_dir / "MERGE_HEAD").write_text("0" * 40 + "\n")
     run(add_notes(ws, ["one more note, uncommitted"]))
     before = ws.hot.doc
 
     with pytest.raises(CheckpointFailed) as failed:
-        run(make_checkpointer(snapshots=snapshots).run(ws, force=True))
+        run(make_checkpointer(snapshots=git_snapshots).run(ws, force=True))
 
-    error = snapshots.status_for("alpha")["last_error"]
+    error = git_snapshots.status_for("alpha")["last_error"]
     assert error.startswith("repo-unsafe: MERGE_HEAD in ")
     assert failed.value.message == (
         "the pre-checkpoint state could not be committed to git, so the checkpoint would not be reversible: " + error
@@ -1333,22 +1334,21 @@ class Described(Canned):
 def test_a_checkpoint_with_snapshots_commits_after_itself_with_its_trailers_and_records_both_commits(
     make_workspace: Callable[..., Workspace],
     make_checkpointer: Callable[..., Checkpointer],
-    tmp_path: Path,
     io: ThreadPoolExecutor,
     caplog: pytest.LogCaptureFixture,
+    git_snapshots: Snapshotter,
 ) -> None:
     import subprocess
 
     caplog.set_level("INFO", logger="memd.checkpoint")
     ws = make_workspace()
     run(seeded(ws))
-    snapshots = Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
-    checkpointer = make_checkpointer(Described(), snapshots=snapshots)
+    checkpointer = make_checkpointer(Described(), snapshots=git_snapshots)
     entries = len(checkpointer.plan(ws, ws.hot.doc).entries)
 
     record = run(checkpointer.run(ws, force=True))
 
-    repo = snapshots.repo_state(ws).repo
+    repo = git_snapshots.repo_state(ws).repo
     assert repo is not None
     message = subprocess.run(
         ["git", f"--git-dir={repo.git_dir}", "log", "-1", "--format=%B", record["post_commit"]],
