@@ -172,7 +172,8 @@ class Checkpointer:
 
     async def _run(self, ws: Workspace, health: Health) -> dict[str, Any]:
         ws.hot.require_valid()
-        pre_commit, _ = await self.snapshots.snapshot(ws, "before checkpoint")
+        # whole: the commit the checkpoint's record names is this machine's hot state, even just after a sync
+        pre_commit, _ = await self.snapshots.snapshot(ws, "before checkpoint", whole=True)
         if self.snapshots.config.enabled and not pre_commit:
             raise CheckpointFailed(
                 "the pre-checkpoint state could not be committed to git, so the checkpoint would not be reversible: "
@@ -316,6 +317,7 @@ class Checkpointer:
                 "Memd-Tokens-Before": str(record["tokens_before"]),
                 "Memd-Tokens-After": str(record["tokens_after"]),
             },
+            whole=True,
         )
         if post_commit:
             record = await ws.write(lambda d: self._set_post_commit(d, checkpoint_id, post_commit))

@@ -82,7 +82,7 @@ async def undo(snapshots: Snapshotter, ws: Workspace, checkpoint_id: str) -> dic
         return {"id": undo_id, "restored_entries": restored}
 
     result = await ws.write(apply)
-    commit, _ = await snapshots.snapshot(ws, "checkpoint undo", {"Memd-Checkpoint-Undone": undo_id})
+    commit, _ = await snapshots.snapshot(ws, "checkpoint undo", {"Memd-Checkpoint-Undone": undo_id}, whole=True)
     result.update(commit=commit, tokens=ws.hot.tokens)
     return result
 

@@ -77,7 +77,8 @@ INFO_EXCLUDE = (
     + "\n"
 )
 # The tier files proper: added with `--force` whatever the ignore rules say (see `GitRepo.stage`).
-TIER_FILES = ("hot/context.json", "hot/memd.json", "cold/MEMORY.md", "cold/PROPOSED.md")
+HOT_FILES = ("hot/context.json", "hot/memd.json")
+TIER_FILES = (*HOT_FILES, "cold/MEMORY.md", "cold/PROPOSED.md")
 WARM_DIR, ARCHIVE_DIR = "warm", "warm/archive"
 DAY_FILE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
 ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it
@@ -382,8 +383,9 @@ class GitRepo:
                 raise GitError(f"{lock} is held by a running git for over {timeout:.0f}s; snapshot postponed")
             time.sleep(0.05)
 
-    def stage(self, lock_wait: float = GIT_TIMEOUT) -> list[str]:
-        """Stage the snapshot paths. Returns the files that differ from HEAD (deletions included); [] if none.
+    def stage(self, lock_wait: float = GIT_TIMEOUT, hold: Sequence[str] = ()) -> list[str]:
+        """Stage the snapshot paths but the files in `hold` (their index entries stay as they are). Returns the
+        files that differ from HEAD (deletions included); [] if none.
 
         Two passes. (1) `git add --all --ignore-errors` of the snapshot paths, respecting ignore rules (editors'
         temporaries stay out), recording changes and deletions; a file deleted while git looks at it (an editor's
@@ -396,9 +398,11 @@ class GitRepo:
         present = self._present()
         if not present:
             return []
-        self._add(self._present, ("--all", "--ignore-errors"), must_succeed=False)
-        self._add(self._tier_files, ("--force",), must_succeed=True)
-        diff = ("diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *OWN_FILES_PATHSPECS)
+        held = tuple(f":(exclude,literal){path}" for path in hold)
+        self._add(self._present, ("--all", "--ignore-errors"), must_succeed=False, excluded=held)
+        self._add(self._tier_files, ("--force",), must_succeed=True, excluded=held)
+        excluded = (*OWN_FILES_PATHSPECS, *held)
+        diff = ("diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *excluded)
         listing: bytes | None = None
         if self._has_commits:
             try:
@@ -411,7 +415,7 @@ class GitRepo:
             self._has_commits = True
             listing = self.run(*diff)
         if listing is None:  # no commit yet: everything staged is new
-            listing = self.run("ls-files", "-z", "--", *present, *OWN_FILES_PATHSPECS)
+            listing = self.run("ls-files", "-z", "--", *present, *excluded)
         return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
 
     def _has_head(self) -> bool:
@@ -420,7 +424,9 @@ class GitRepo:
     def _present(self) -> list[str]:
         return [p for p in self.paths if (self.work_tree / p).exists() or self._tracked(p)]
 
-    def _add(self, pathspecs: Callable[[], list[str]], options: Sequence[str], must_succeed: bool) -> None:
+    def _add(
+        self, pathspecs: Callable[[], list[str]], options: Sequence[str], must_succeed: bool, excluded: Sequence[str]
+    ) -> None:
         """`git add` of `pathspecs()` (listed again before each try), tried again while the only trouble is files
         that vanished as git looked at them. After ADD_ATTEMPTS of those: GitError if `must_succeed`, else done."""
         stderr = ""
@@ -428,7 +434,7 @@ class GitRepo:
             paths = pathspecs()
             if not paths:
                 return
-            args = ("add", *options, "--", *paths, *OWN_FILES_PATHSPECS)
+            args = ("add", *options, "--", *paths, *OWN_FILES_PATHSPECS, *excluded)
             out = self._exec(args, False, GIT_TIMEOUT, None, env=_C_LOCALE)  # git's messages are parsed below
             if out.returncode == 0:
                 return

@@ -16,8 +16,9 @@ files; the result goes into %A; exit 0 for a clean merge, 1 for a conflict (the 
   them); sections new on the other side are appended. A learning edited differently on both sides (the same
   ancestor line replaced by two different similar lines) is a conflict, and so is prose (anything that is not a
   learning) changed differently on both sides in the same section.
-- the hot tier (`hot`): ours, always. The hot tier is one machine's live session; the other version stays in
-  the history (the merge commit's other parent).
+- the hot tier (`hot`): ours, unless ours is still the common ancestor's (this side's session has not changed
+  since), then theirs. The hot tier is one machine's live session; the other version stays in the history (the
+  merge commit's other parent), and the files on each machine stay that machine's (memd.sync).
 - `cold/PROPOSED.md` (`proposed`): whole proposals (a learning line and its `  - key: value` lines) keyed by
   their id (memd.tiers.proposals_format): ours as it is, less the proposals theirs removed (accepted or rejected
   there) and ours left as they were, plus the proposals theirs added, each under its own section with all its
@@ -75,7 +76,7 @@ def merge(kind: str, base: bytes, ours: bytes, theirs: bytes) -> Merged:
     if kind == "cold":
         return merge_cold(base, ours, theirs)
     if kind == "hot":
-        return Merged(ours)
+        return Merged(theirs if ours == base else ours)
     if kind == "proposed":
         return Merged(merge_proposed(base, ours, theirs))
     raise ValueError(f"unknown merge kind {kind!r} (one of {', '.join(KINDS)})")

@@ -62,6 +62,11 @@ class RepoState:
     pushed_head: str = ""
     history_lost: bool = False  # the repository was deleted and not made again yet (logged once)
     sync: dict[str, Any] = field(default_factory=dict)  # the last two-way sync, as memd.sync reports it
+    # The hot files as this machine last committed them, where a sync then moved HEAD to another machine's
+    # (path -> bytes). While the file still holds them, routine snapshots leave it out: committing it again
+    # would only undo the other machine's session in the shared history, and each would do that after every
+    # sync, for ever (memd.sync). A change made here, or a `whole` snapshot, commits it.
+    hot_kept: dict[str, bytes] = field(default_factory=dict)
 
 
 class Snapshotter:
@@ -177,8 +182,12 @@ class Snapshotter:
 
     # --- the snapshot ----------------------------------------------------------------------------------------
 
-    async def snapshot(self, ws: Workspace, reason: str, trailers: dict[str, str] | None = None) -> tuple[str, bool]:
-        """Commit the workspace's current state. Returns (HEAD after, whether a commit was made).
+    async def snapshot(
+        self, ws: Workspace, reason: str, trailers: dict[str, str] | None = None, whole: bool = False
+    ) -> tuple[str, bool]:
+        """Commit the workspace's current state. Returns (HEAD after, whether a commit was made). `whole`: hot
+        files kept from before a sync are committed too (a commit that later stands for this machine's hot state:
+        a checkpoint's before and after, an undo).
 
         Errors are recorded in status and returned as ("", False); writes are never affected.
         Lock order, everywhere: this repository's lock, then the workspace's writer.
@@ -189,13 +198,20 @@ class Snapshotter:
             self.track(ws)
         state = self._states[ws.name]
         async with state.lock:
-            return await self._snapshot_locked(ws, state, reason, trailers)
+            return await self._snapshot_locked(ws, state, reason, trailers, whole=whole)
 
     async def _snapshot_locked(
-        self, ws: Workspace, state: RepoState, reason: str, trailers: dict[str, str] | None, held: bool = False
+        self,
+        ws: Workspace,
+        state: RepoState,
+        reason: str,
+        trailers: dict[str, str] | None,
+        held: bool = False,
+        whole: bool = False,
     ) -> tuple[str, bool]:
         """Commit the workspace as it is; (the commit, True), or (HEAD, False) when nothing changed, or ("", False)
-        when it failed (`state` says why). `held`: the caller holds the writer already (a restore)."""
+        when it failed (`state` says why). `held`: the caller holds the writer already (a restore). `whole`: see
+        `snapshot`."""
         loop = asyncio.get_running_loop()
         try:
             ws.check_identity()
@@ -222,7 +238,7 @@ class Snapshotter:
             # consistent state that no batch is half-way through (~10 ms that writes wait, once per settle window).
             async with contextlib.nullcontext() if held else ws.exclusive:
                 ws.check_identity()
-                paths = await self._to_the_end(repo.stage, UNDER_WRITER_LOCK_WAIT)
+                paths = await self._to_the_end(_stage, repo, state, whole)
                 rev = await self._to_the_end(repo.commit, paths, subject, body, all_trailers) if paths else ""
             state.dirty -= dirty  # committed (or nothing differed from HEAD); marks set meanwhile stay
             if not rev:
@@ -339,7 +355,7 @@ class Snapshotter:
                 commits = self.config.enabled and self._git is not None and "hot" in self.config.paths
                 before = ""
                 if commits:
-                    before, _ = await self._snapshot_locked(ws, state, "before hot split", None)
+                    before, _ = await self._snapshot_locked(ws, state, "before hot split", None, whole=True)
                     if not before:
                         log.warning(
                             "workspace %s: hot/context.json keeps memd's keys until its state can be committed "
@@ -352,7 +368,7 @@ class Snapshotter:
                     log.warning("workspace %s: hot split postponed: %s", ws.name, exc.message)
                     return False
                 if moved and commits:
-                    await self._snapshot_locked(ws, state, "hot split", {"Memd-Hot-Split-From": before})
+                    await self._snapshot_locked(ws, state, "hot split", {"Memd-Hot-Split-From": before}, whole=True)
                 return moved
         finally:
             self._splitting.discard(ws.name)
@@ -388,7 +404,9 @@ class Snapshotter:
             # without ever having been committed.
             await loop.run_in_executor(self._io, repo.wait_for_index_lock)
             async with ws.exclusive:
-                before, _ = await self._snapshot_locked(ws, state, f"before restore of {commit[:12]}", None, True)
+                before, _ = await self._snapshot_locked(
+                    ws, state, f"before restore of {commit[:12]}", None, held=True, whole=True
+                )
                 if not before:
                     raise Unavailable(
                         f"not restoring {ws.name!r}: its current state could not be committed first "
@@ -397,7 +415,9 @@ class Snapshotter:
                 try:
                     changed = await ws.restore_files(files, list(paths), held=True)
                     trailers = {"Memd-Restored-From": commit}
-                    after, created = await self._snapshot_locked(ws, state, f"restore of {commit[:12]}", trailers, True)
+                    after, created = await self._snapshot_locked(
+                        ws, state, f"restore of {commit[:12]}", trailers, held=True, whole=True
+                    )
                 except BaseException:  # cancelled, or failed half-way: restored files may be uncommitted
                     state.dirty |= {p.split("/")[0] for p in paths}  # the next snapshot or the flush commits them
                     raise
@@ -502,3 +522,19 @@ def _head_or_empty(repo: GitRepo) -> str:
         return repo.head()
     except GitError:
         return ""
+
+
+def _stage(repo: GitRepo, state: RepoState, whole: bool) -> list[str]:
+    """Stage the workspace (in a worker, under the writer), leaving out the hot files that still hold what this
+    machine last committed before a sync moved HEAD past them (`RepoState.hot_kept`), unless `whole`."""
+    hold: list[str] = []
+    for path, kept in list(state.hot_kept.items()):
+        try:
+            unchanged = (repo.work_tree / path).read_bytes() == kept
+        except OSError:
+            unchanged = False
+        if unchanged and not whole:
+            hold.append(path)
+        else:  # changed here (or committed whole now): from here on it is committed as usual
+            del state.hot_kept[path]
+    return repo.stage(UNDER_WRITER_LOCK_WAIT, hold)

@@ -21,8 +21,10 @@ One round, holding the workspace's repository lock (memd.snapshots; never its wr
 What memd cannot merge (a learning edited differently on both sides, prose changed on both sides, a file memd does
 not own changed on both sides) is a conflict: no merge commit, no push, the workspace serves its own version,
 and `status` / `memd sync` show the files and the commands that settle it. The hot tier stays this machine's:
-a fast-forward moves HEAD but leaves hot/ as it is (the next snapshot commits it), and the first time a round
-meets another machine's session it logs a warm entry naming that session and its commit.
+a fast-forward or a merge moves HEAD but leaves hot/ as it is, and the first time a round meets another machine's
+session it logs a warm entry naming that session and its commit. The shared history carries the hot state of the
+machine whose session changed last: this machine's hot files, left as it last committed them, are not committed
+again until they change (`RepoState.hot_kept`), else two idle machines would each commit theirs after every sync.
 Imports memd.snapshots, memd.workspace, memd.gitsync, memd.merge_driver, memd.config and memd.errors.
 """
 
@@ -43,7 +45,7 @@ from typing import Any, TypeVar
 from memd import fsio, gitsync
 from memd.config import SnapshotConfig
 from memd.errors import MemdError, Unavailable
-from memd.gitrepo import GitError, GitRepo, redact_urls
+from memd.gitrepo import HOT_FILES, GitError, GitRepo, redact_urls
 from memd.merge_driver import kind_of, merge
 from memd.snapshots import RepoState, Snapshotter
 from memd.workspace import Workspace
@@ -180,6 +182,7 @@ class Syncer:
             outcome = await self._publish(ws, repo, head, new, remote, report)
             if outcome != "done":
                 return outcome
+            await self._keep_hot(repo, state, head, new)
             await self._note_other_session(ws, repo, remote)
         report.update(state="ok", head=new or None, error=None, conflicts=[], resolve=[])
         if not new or new == remote:
@@ -189,6 +192,21 @@ class Syncer:
             return "again"
         state.push_state, state.push_error, state.pushed_head = "ok", "", new
         return "done"
+
+    async def _keep_hot(self, repo: GitRepo, state: RepoState, old: str, new: str) -> None:
+        """HEAD moved from this machine's `old` to `new`; where `new` holds another machine's hot files, note what
+        this machine had committed of them (`RepoState.hot_kept`): its files still hold that, and committing them
+        again before they change would only take the hot state back and forth between the machines."""
+        if "hot" not in self.config.paths:
+            return
+        for path in HOT_FILES:
+            # One kept already is what the files hold (the round's first commit checked): `old` then holds an
+            # earlier machine's version, not this one's.
+            mine = state.hot_kept.get(path) or await self._run(gitsync.blob, repo, old, path)
+            if mine is not None and mine != await self._run(gitsync.blob, repo, new, path):
+                state.hot_kept[path] = mine
+            else:
+                state.hot_kept.pop(path, None)
 
     async def _ancestor(self, repo: GitRepo, ancestor: str, descendant: str) -> bool:
         return await self._run(gitsync.is_ancestor, repo, ancestor, descendant)

@@ -240,6 +240,66 @@ def test_scheduled_syncs_carry_writes_between_machines(
     assert status["workspaces"][WS]["snapshot"]["sync"]["state"] in ("ok", "behind")
 
 
+def test_machines_that_write_nothing_stop_committing_and_each_keeps_its_own_session_live(
+    hosts: tuple[RunningDaemon, RunningDaemon, Path],
+) -> None:
+    a, b, remote = hosts
+    a.call("session.start", workspace=WS, task="a's task", session_id="a-session")
+    b.call("session.start", workspace=WS, task="b's task", session_id="b-session")
+    a.call("warm.log", workspace=WS, action="written on a")
+    b.call("warm.log", workspace=WS, action="written on b")
+    settle(a, b)
+
+    # Each round commits what changed and syncs; with nothing written, the hot files that differ between the
+    # machines are no reason to commit: committing them would take the shared history's hot state back and forth.
+    before = git(remote, "rev-list", "--count", "main")
+    for _ in range(3):
+        settle(a, b)
+    assert git(remote, "rev-list", "--count", "main") == before
+    assert '"a-session"' in (a.workspace(WS) / "hot" / "context.json").read_text()
+    assert '"b-session"' in (b.workspace(WS) / "hot" / "context.json").read_text()
+
+    # A change of a's session is committed and reaches the remote; b's files keep b's session.
+    a.call("progress.update", workspace=WS, step="a's next step")
+    settle(a, b)
+    assert "a's next step" in git(remote, "show", "main:hot/context.json")
+    assert "a's next step" not in (b.workspace(WS) / "hot" / "context.json").read_text()
+    assert '"b-session"' in (b.workspace(WS) / "hot" / "context.json").read_text()
+    after = git(remote, "rev-list", "--count", "main")
+    for _ in range(3):
+        settle(a, b)
+    assert git(remote, "rev-list", "--count", "main") == after
+
+
+def test_a_checkpoint_right_after_a_sync_commits_and_plans_from_this_machines_own_session(
+    make_daemon: Callable[..., RunningDaemon], short_root: Path
+) -> None:
+    remote = make_remote(short_root)
+    configs = {name: host_config(short_root / name, remote) for name in ("a", "b")}
+    for config in configs.values():
+        config["workspaces"][WS]["budget"] = {"hot": 2000}  # 40 notes: more than the recent window, under 80%
+    a, b = (make_daemon(name, config) for name, config in configs.items())
+    a.call("session.start", workspace=WS, task="a's task", session_id="a-session")
+    for i in range(40):
+        a.call("hot.note", workspace=WS, text=f"a's note {i}: the parser keeps its offsets in bytes")
+    b.call("session.start", workspace=WS, task="b's task", session_id="b-session")
+    settle(a, b)
+    b.call("progress.update", workspace=WS, step="b's later step")
+    settle(b, a)  # a fast-forwards to b's session: a's hot files are now a's, its HEAD b's
+
+    record = a.call("checkpoint.run", workspace=WS)["checkpoint"]
+
+    def committed(commit: str, name: str) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(git(a.workspace(WS), "show", f"{commit}:hot/{name}"))
+        return doc
+
+    assert committed(record["pre_commit"], "context.json")["session_id"] == "a-session"
+    notes = {n["id"] for n in committed(record["pre_commit"], "memd.json")["notes"]}
+    assert len(notes) == 40
+    assert record["compressed"] and set(record["compressed"]) <= notes  # a's notes, read back from that commit
+    assert committed(record["post_commit"], "context.json")["session_id"] == "a-session"
+
+
 def test_a_day_deleted_by_retention_on_one_machine_is_not_brought_back_by_the_other(
     hosts: tuple[RunningDaemon, RunningDaemon, Path],
 ) -> None:

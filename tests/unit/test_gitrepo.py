@@ -230,6 +230,22 @@ def test_a_change_a_new_file_and_a_deletion_are_each_staged(repo: GitRepo) -> No
     assert repo.files_at("HEAD", ["warm"]) == {}
 
 
+def test_a_held_file_is_neither_staged_nor_committed_and_the_rest_is(repo: GitRepo) -> None:
+    hot = repo.work_tree / "hot" / "context.json"
+    write(hot, '{"session_id": "other machine"}\n')
+    snapshot(repo)
+
+    write(hot, '{"session_id": "this machine"}\n')
+    write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
+    paths = repo.stage(hold=["hot/context.json"])
+    assert paths == ["warm/2026-01-01.md"]
+    repo.commit(paths, "c", "", {})
+
+    assert repo.show("HEAD", "hot/context.json") == b'{"session_id": "other machine"}\n'
+    assert repo.stage(hold=["hot/context.json"]) == []
+    assert repo.stage() == ["hot/context.json"]  # no longer held: committed as usual
+
+
 def test_only_the_snapshot_paths_and_no_temp_files_are_committed(repo: GitRepo) -> None:
     write(repo.work_tree / "hot" / "context.json", "{}\n")
     write(repo.work_tree / "hot" / ".context.json.memd-tmp-1-abcd", "half")

@@ -240,7 +240,7 @@ def test_nothing_moves_while_the_state_before_cannot_be_committed(
     ws = make_workspace(LEGACY)
     snapshots = snapshots_for(tmp_path, io)
 
-    async def failing(*args: Any) -> tuple[str, bool]:
+    async def failing(*args: Any, **kwargs: Any) -> tuple[str, bool]:
         return "", False
 
     monkeypatch.setattr(snapshots, "_snapshot_locked", failing)

@@ -202,10 +202,16 @@ def test_cold_a_section_in_a_fence_is_prose() -> None:
 # --- hot, proposals, kinds --------------------------------------------------------------------------------------
 
 
-def test_hot_is_ours() -> None:
+def test_hot_is_ours_when_this_side_changed_it() -> None:
     assert merge("hot", b"{}", b'{"session_id": "laptop"}\n', b'{"session_id": "server"}\n').data == (
         b'{"session_id": "laptop"}\n'
     )
+
+
+def test_hot_is_theirs_when_this_side_left_it_as_the_ancestor_had_it() -> None:
+    base = b'{"session_id": "server", "current_step": "1"}\n'
+    theirs = b'{"session_id": "server", "current_step": "2"}\n'
+    assert merge("hot", base, base, theirs).data == theirs
 
 
 def proposal(pid: str, category: str, text: str, kind: str = "decision") -> proposals_format.Proposal:
