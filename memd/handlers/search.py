@@ -79,10 +79,11 @@ async def ranked_learnings(call: Call, ws: Workspace, topic: str | None) -> list
     (use cold_format.relevant) without a topic or when the index cannot answer promptly."""
     if not topic:
         return None
-    lines = await call.services.search.rank_cold(ws, topic)
-    if lines is None:
+    found = await call.services.search.rank_cold(ws, topic)
+    if found is None:
         return None
-    by_line = {learning.line + 1: learning for learning in ws.cold.learnings}
-    ranked = list(dict.fromkeys(by_line[n] for n in lines if n in by_line))
+    learnings = ws.cold.learnings
+    by_content = ws.cold.by_content()
+    ranked = list(dict.fromkeys(by_content[key] for key in found if key in by_content))
     chosen = set(ranked)
-    return ranked + [lr for lr in cold_format.relevant(ws.cold.learnings, topic) if lr not in chosen]
+    return ranked + [lr for lr in cold_format.relevant(learnings, topic) if lr not in chosen]

@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Batch = dict[str, tuple[Source, frozenset[str]]]
 RANK_TIMEOUT_SECONDS = 1.0  # context.get falls back to substring matching rather than wait longer on the index
+# The most learnings a topic ranking returns per this many tokens of the cold budget: no learning line is shorter
+# (`- [YYYY-MM-DD] x`), so more could not be rendered in it.
+RANK_TOKENS_PER_LEARNING = 8
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class Request:
     limit: int
     offset: int
     seconds: float = QUERY_SECONDS  # the query is stopped after this long (memd.search.searcher)
+    catch_up: bool = True  # index what changed in the workspaces first (False: the index as it is)
+    texts: bool = False  # hits carry their document's whole text, not a snippet
 
 
 _PASS = "pass"  # the one key of the debouncer
@@ -305,11 +310,11 @@ class SearchService:
         filters, limit = self._filters(sources, request, today), request.offset + request.limit + 1
         with self._counting_stops():
             try:
-                return self._store.search(request.query, filters, limit, request.seconds)
+                return self._store.search(request.query, filters, limit, request.seconds, request.texts)
             except sqlite3.DatabaseError as exc:
                 self._rebuild(exc)
             self._index({s.name: (s, ALL_TIERS) for s in sources})
-            return self._store.search(request.query, filters, limit, request.seconds)
+            return self._store.search(request.query, filters, limit, request.seconds, request.texts)
 
     @contextlib.contextmanager
     def _counting_stops(self) -> Iterator[None]:
@@ -338,6 +343,7 @@ class SearchService:
                     self._filters(sources, request, today),
                     request.offset + request.limit + 1,
                     request.seconds,
+                    request.texts,
                 )
         except sqlite3.DatabaseError as exc:
             log.warning("search: reading the index failed (%s); asking the search thread", exc)
@@ -377,7 +383,7 @@ class SearchService:
         self._require()
         if not workspaces:
             return {"hits": [], "more": False}
-        batch = self._take(workspaces)
+        batch = self._take(workspaces) if request.catch_up else {}
         today = max(ws.today() for ws in workspaces)
         sources = [source_of(ws) for ws in workspaces]
         try:
@@ -393,15 +399,20 @@ class SearchService:
         page = hits[request.offset : request.offset + request.limit]
         return {"hits": page, "more": len(hits) > request.offset + request.limit}
 
-    async def rank_cold(self, ws: Workspace, topic: str) -> list[int] | None:
-        """The line numbers (1-based) of cold learnings matching any word of `topic`, best first; None when the
-        index cannot answer within RANK_TIMEOUT_SECONDS (the caller matches substrings instead)."""
+    async def rank_cold(self, ws: Workspace, topic: str) -> list[tuple[str, str]] | None:
+        """The cold learnings (category, text) matching any word of `topic`, best first, as many as the cold budget
+        could hold; None when the index cannot answer within RANK_TIMEOUT_SECONDS (the caller matches substrings
+        instead). The index as it is, without catching up first: a topic is asked with every `context.get`, the
+        learnings change with every `cold.learn`, and catching up costs the size of cold/MEMORY.md; the caller adds
+        what the index does not have yet by the substring rule, and learnings are told by content, not by line,
+        so one the index has at an older line is still found."""
         query = q.any_of(topic)
         if query is None or not self.available:
             return None
+        limit = max(1, ws.config.budget.cold // RANK_TOKENS_PER_LEARNING)
         # The deadline goes with the query too: the wait below gives up on it, and the query thread stops by itself
         # rather than go on holding up the searches behind it.
-        request = Request(query, ("cold",), None, None, 1000, 0, RANK_TIMEOUT_SECONDS)
+        request = Request(query, ("cold",), None, None, limit, 0, RANK_TIMEOUT_SECONDS, catch_up=False, texts=True)
         try:
             result = await asyncio.wait_for(self.search([ws], request), RANK_TIMEOUT_SECONDS)
         except (TimeoutError, Unavailable, InvalidParams):
@@ -409,7 +420,8 @@ class SearchService:
         except Exception:
             log.exception("search: ranking learnings of %s failed", ws.name)
             return None
-        return [hit["lines"][0] for hit in result["hits"] if hit["file"] == indexer.COLD_FILE]  # not proposals
+        # Learnings only, not proposals (cold/PROPOSED.md is in the cold tier too).
+        return [(hit["heading"], hit["text"]) for hit in result["hits"] if hit["file"] == indexer.COLD_FILE]
 
     async def reindex(self, workspaces: Sequence[Workspace], everything: bool) -> dict[str, Any]:
         """Build the index of `workspaces` again from their files (`everything`: the whole database afresh)."""

@@ -14,6 +14,7 @@ one thread (memd.search.service's) owns it. Imports memd.search.documents and me
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -26,7 +27,7 @@ from memd.search import query as q
 from memd.search.documents import DayTail, Doc
 from memd.search.searcher import QUERY_SECONDS, Filters, Searcher
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: docs_by_age
 _SCHEMA = f"""
 CREATE TABLE workspaces(name TEXT PRIMARY KEY, root TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE files(
@@ -40,6 +41,7 @@ CREATE TABLE docs(
     date TEXT, dayn INTEGER, time TEXT, line_start INTEGER NOT NULL, line_end INTEGER NOT NULL,
     heading TEXT NOT NULL, body TEXT NOT NULL, ref TEXT, archived INTEGER NOT NULL);
 CREATE INDEX docs_by_file ON docs(workspace, file, line_start);
+CREATE INDEX docs_by_age ON docs(workspace, tier, dayn);
 CREATE VIRTUAL TABLE words USING fts5(heading, body, content='docs', content_rowid='id',
     tokenize='porter unicode61');
 CREATE VIRTUAL TABLE grams USING fts5(heading, body, content='docs', content_rowid='id', tokenize='trigram');
@@ -198,9 +200,13 @@ class Store:
         self, workspace: str, file: str, state: FileState, docs: Iterable[Doc], from_line: int | None = None
     ) -> int:
         """Make the rows of `file` the given documents (only those from line `from_line` on, when given: the tail
-        of a day file after an append). Returns documents written."""
-        where = "workspace = ? AND file = ?" + ("" if from_line is None else " AND line_start >= ?")
-        args: tuple[Any, ...] = (workspace, file) if from_line is None else (workspace, file, from_line)
+        of a day file after an append). Returns the documents indexed anew.
+
+        A whole file's rows are compared with what is indexed first: a document whose text is already there keeps
+        its row and its FTS entries (only its lines move when lines before it were added or removed), and only the
+        documents that are new or changed are indexed. cold/MEMORY.md grows by one learning at a time in the
+        middle of the file, and indexing all of it again after each cost the size of the file (FTS5 forgets a row
+        only when given its text again, and tokenizes every row it inserts, in two tables)."""
         archived = int(file.startswith("warm/archive/"))
         rows = [
             (
@@ -221,7 +227,11 @@ class Store:
             for d in docs
         ]
         with self.transaction():
-            self._delete(where, args)
+            if from_line is None and not self._bulk:
+                rows = self._unindexed(workspace, file, rows)
+            else:
+                where = "workspace = ? AND file = ?" + ("" if from_line is None else " AND line_start >= ?")
+                self._delete(where, (workspace, file) if from_line is None else (workspace, file, from_line))
             first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
             self.conn.executemany(f"INSERT INTO docs({_COLUMNS}) VALUES ({', '.join('?' * 13)})", rows)
             if not self._bulk:
@@ -232,6 +242,34 @@ class Store:
                     )
             self._put_file(workspace, file, state)
         return len(rows)
+
+    def _unindexed(self, workspace: str, file: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Match `rows` (the file's documents now) with the file's indexed rows by everything but their lines:
+        a match keeps its row (its lines updated where they moved), indexed rows left unmatched are deleted. In
+        a transaction. Returns the rows still to insert."""
+        indexed: dict[tuple[Any, ...], list[tuple[int, int, int]]] = {}
+        for row_id, tier, kind, day, at, first, last, heading, body, ref in self.conn.execute(
+            "SELECT id, tier, kind, date, time, line_start, line_end, heading, body, ref FROM docs "
+            "WHERE workspace = ? AND file = ? ORDER BY line_start, id",
+            (workspace, file),
+        ):
+            indexed.setdefault((tier, kind, day, at, heading, body, ref), []).append((row_id, first, last))
+        new: list[tuple[Any, ...]] = []
+        moved: list[tuple[int, int, int]] = []
+        for row in rows:
+            same = indexed.get((row[2], row[3], row[4], row[6], row[9], row[10], row[11]))
+            if not same:
+                new.append(row)
+                continue
+            row_id, first, last = same.pop(0)  # the earliest first: two alike keep their order
+            if (first, last) != (row[7], row[8]):
+                moved.append((row[7], row[8], row_id))
+        gone = [row_id for left in indexed.values() for row_id, _, _ in left]
+        if gone:
+            self._delete("id IN (SELECT value FROM json_each(?))", (json.dumps(gone),))
+        if moved:
+            self.conn.executemany("UPDATE docs SET line_start = ?, line_end = ? WHERE id = ?", moved)
+        return new
 
     def _delete(self, where: str, args: tuple[Any, ...]) -> None:
         """Delete docs rows and (outside a bulk load, which rebuilds them) their FTS entries; in a transaction.
@@ -282,9 +320,11 @@ class Store:
             return int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
         return int(self.conn.execute("SELECT count(*) FROM docs WHERE workspace = ?", (workspace,)).fetchone()[0])
 
-    def search(self, query: q.Query, f: Filters, limit: int, seconds: float = QUERY_SECONDS) -> list[dict[str, Any]]:
+    def search(
+        self, query: q.Query, f: Filters, limit: int, seconds: float = QUERY_SECONDS, texts: bool = False
+    ) -> list[dict[str, Any]]:
         """A query on the writer's own connection (tests, and the search thread when the reader cannot)."""
-        return self.searcher.search(query, f, limit, seconds)
+        return self.searcher.search(query, f, limit, seconds, texts)
 
     def rows(self, workspace: str) -> list[tuple[Any, ...]]:
         """Every document of a workspace, without row ids, in a stable order (tests compare two indexes)."""

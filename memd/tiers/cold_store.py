@@ -26,6 +26,7 @@ class ColdStore:
         self.error: CorruptFile | None = None
         self.tokens = 0
         self._learnings: list[Learning] | None = None
+        self._by_content: tuple[list[Learning], dict[tuple[str, str], Learning]] | None = None
         self.raw: bytes | None = None  # the bytes `text` came from (or was written as): what a publish expects there
 
     def reconfigure(self, max_bytes: int) -> None:
@@ -71,23 +72,40 @@ class ColdStore:
                 self._learnings = learnings
         return learnings
 
+    def by_content(self) -> dict[tuple[str, str], Learning]:
+        """The learnings by (category, text), the first of two alike as the file has them (kept until the next
+        change: a topic's ranking names learnings by content)."""
+        learnings = self.learnings
+        found = self._by_content
+        if found is None or found[0] is not learnings:
+            index: dict[tuple[str, str], Learning] = {}
+            for learning in reversed(learnings):
+                index[(learning.category, learning.text)] = learning
+            found = self._by_content = (learnings, index)
+        return found[1]
+
     def write_for(self, text: str) -> fsio.FileWrite:
         """A replace guarded by the bytes the current text came from (a person's `>>` meanwhile is not lost)."""
         return fsio.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
 
     def commit(self, text: str, write: fsio.FileWrite, fp: fsio.Fingerprint) -> None:
-        """Record a durable rewrite; tokens grow by what the edit inserted (lines, headings, preamble)."""
-        self.tokens += self._inserted_tokens(self.text, text)
+        """Record a durable rewrite; tokens grow by what the edit inserted (lines, headings, preamble), and the
+        parsed learnings by the one learning inserted (parsed again only after any other edit)."""
+        at, added = insertion_point(self.text, text)
+        self.tokens += self._inserted_tokens(self.text, text, at, added)
+        learnings = self._learnings
+        if learnings is not None and added:
+            learnings = cold_format.parsed_after_insert(learnings, self.text, at, added)
         self.text = text
         self.raw = write.data
         self.fingerprint = fp
-        self._learnings = None
+        self._learnings = learnings if added else None
+        self._by_content = None
         self.error = None
 
-    def _inserted_tokens(self, old: str, new: str) -> int:
+    def _inserted_tokens(self, old: str, new: str, at: int, added: str) -> int:
         """Tokens an insert-only edit added, counted with the neighbouring lines so merges at the seams
         (a blank line next to a new section) come out exactly as a full recount would."""
-        at, added = insertion_point(old, new)
         if not added:
             return self._counter.count(new) - self._counter.count(old)
         before = old[old.rfind("\n", 0, max(at - 1, 0)) + 1 : at]

@@ -40,7 +40,7 @@ def day_text(day: date, *entries: WarmEntry) -> str:
 
 
 def prepare(root: Path) -> dict[str, Path]:
-    spaces = {name: root / "ws" / name for name in ("alpha", "beta", "ruled")}
+    spaces = {name: root / "ws" / name for name in ("alpha", "beta", "ruled", "ranked")}
     alpha = spaces["alpha"]
     for tier in ("hot", "warm", "cold"):
         (alpha / tier).mkdir(parents=True)
@@ -141,7 +141,7 @@ def test_a_reindex_from_scratch_equals_the_incremental_index(d: RunningDaemon) -
     before = rows()
     result = d.call("memory.reindex")
     assert rows() == before and before
-    assert set(result["workspaces"]) == {"alpha", "beta", "ruled"}
+    assert set(result["workspaces"]) == {"alpha", "beta", "ruled", "ranked"}
     assert d.call("memory.reindex", workspace="alpha")["workspaces"]["alpha"] == len(
         [r for r in before if r[0] == "alpha"]
     )
@@ -176,6 +176,26 @@ def test_hostile_queries_get_an_answer_or_a_clear_error_and_memd_stays_up(d: Run
     assert d.call("ping")["pong"] is True
 
 
+def test_a_topics_ranking_uses_the_index_as_it_is_and_still_returns_every_learning_it_should(
+    d: RunningDaemon,
+) -> None:
+    """context.get and cold.get rank learnings with the index without waiting for it to catch up (a topic comes
+    with every read, a learning with every cold.learn). A learning the index holds at an older line is still the
+    right one, and one it does not hold yet is still found by the substring rule."""
+    with d.client() as c:
+        c.call("cold.learn", workspace="ranked", category="Parser", learning="the tokenizer caches its state")
+        c.call("memory.search", workspace="ranked", query="tokenizer")  # the index has it, at line 4
+        for i in range(3):  # inserted above it: its line moves, and the index does not know yet
+            c.call("cold.learn", workspace="ranked", category="Parser", learning=f"zebra crossing {i}")
+
+        for method in ("context.get", "cold.get"):
+            learned = json.dumps(c.call(method, workspace="ranked", topic="caches"))
+            assert "the tokenizer caches its state" in learned
+            assert "zebra" not in learned
+            zebras = json.dumps(c.call(method, workspace="ranked", topic="zebra"))
+            assert all(f"zebra crossing {i}" in zebras for i in range(3))
+
+
 def test_a_topic_too_costly_to_rank_does_not_hold_up_the_searches_after_it(d: RunningDaemon) -> None:
     """Found by the fuzz suite: context.get with a 2,049-character topic, ranked against a learning that repeats the
     same letter, ran for minutes on the query thread (16 GB) after context.get had given up on it, and every
@@ -185,6 +205,7 @@ def test_a_topic_too_costly_to_rank_does_not_hold_up_the_searches_after_it(d: Ru
         for i in range(5):
             c.call("cold.learn", workspace="beta", category="Notes", learning="z" * 100_000 + str(i))
         c.call("cold.learn", workspace="beta", category="Notes", learning="fuzz learning")
+        c.call("memory.search", workspace="beta", query="fuzz")  # indexed now (a topic's ranking does not wait)
         stopped = c.call("status")["search"]["stopped"]
         context = c.call("context.get", workspace="beta", topic="fuzz " + "z" * 2049)
         assert "fuzz learning" in json.dumps(context)

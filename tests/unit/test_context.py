@@ -14,7 +14,7 @@ from clocks import START, FixedClock
 
 from memd.batch import Draft
 from memd.config import BudgetConfig, WorkspaceConfig
-from memd.context import build_context, render_cold, render_hot, render_warm
+from memd.context import COLD_MISSES, build_context, render_cold, render_hot, render_warm
 from memd.tiers import cold_format, hot_format
 from memd.tiers.warm_format import WarmEntry
 from memd.tokens import TokenCounter
@@ -140,6 +140,26 @@ def test_warm_and_cold_stay_within_every_budget_from_zero_up(
     for budget in range(0, 400, 3):
         assert render_warm(days, counter, budget).usage.tokens <= budget, budget
         assert render_cold(learnings, counter, budget).usage.tokens <= budget, budget
+
+
+def test_cold_passes_over_a_learning_too_long_for_the_room_left_but_does_not_read_the_whole_tier_for_one(
+    counter: TokenCounter,
+) -> None:
+    short = [cold_format.Learning("Ops", "2026-01-01", f"short {i}", i) for i in range(3)]
+    long = [cold_format.Learning("Ops", "2026-01-01", "long " + "word " * 40, 10 + i) for i in range(20_000)]
+    looked_at: list[str] = []
+
+    class Counting(TokenCounter):
+        def count_piece(self, piece: str) -> int:
+            looked_at.append(piece)
+            return super().count_piece(piece)
+
+    budget = counter.count("# Relevant Learnings\n- [2026-01-01] [Ops] short 0\n") + 20
+    section = render_cold([short[0], long[0], short[1], *long[1:], short[2]], Counting(counter._encoding), budget)
+
+    assert [lr.text for lr in section.learnings] == ["short 0", "short 1"]  # the long one passed over, not the end
+    assert section.omitted == len(long) + 1
+    assert len(looked_at) == 4 + COLD_MISSES  # the heading, two that fitted, one passed over, then COLD_MISSES
 
 
 # --- what is kept --------------------------------------------------------------------------------------------

@@ -233,6 +233,58 @@ def test_appends_are_indexed_from_the_last_entry_and_equal_a_full_build(store: S
     assert search(store, '"second half"')[0]["lines"][0] == fresh.rows("alpha")[-1][5]
 
 
+def memory_file(sections: dict[str, list[str]]) -> str:
+    return "# Agent Memory\n" + "".join(
+        f"\n## {name}\n" + "".join(f"- [2026-03-01] {text}\n" for text in texts) for name, texts in sections.items()
+    )
+
+
+def row_ids(store: Store, file: str) -> dict[str, int]:
+    return dict(store.conn.execute("SELECT body, id FROM docs WHERE file = ?", (file,)).fetchall())
+
+
+def test_a_rewritten_memory_file_indexes_only_what_changed_and_equals_a_full_build(
+    store: Store, tmp_path: Path
+) -> None:
+    ws = source(tmp_path / "alpha")
+    memory = ws.root / "cold" / "MEMORY.md"
+    sections = {
+        "Auth": [f"auth learning {i}" for i in range(30)],
+        "Testing": [f"testing learning {i}" for i in range(30)],
+    }
+    memory.write_text(memory_file(sections))
+    indexer.sync(store, ws, ALL_TIERS)
+    ids = row_ids(store, "cold/MEMORY.md")
+
+    changes = [
+        lambda: sections["Auth"].insert(0, "a new first learning, as memd inserts one"),  # every line after it moves
+        lambda: sections["Testing"].__setitem__(5, "testing learning 5, edited by a person"),
+        lambda: sections["Auth"].remove("auth learning 7"),
+        lambda: sections["Testing"].append("testing learning 0"),  # the same text twice in one section
+        lambda: sections.update({"Deploy": ["a whole new section"]}),
+    ]
+    for change in changes:
+        change()
+        memory.write_text(memory_file(sections))
+        outcome = indexer.sync(store, ws, frozenset({"cold"}))
+        assert outcome.documents <= 1  # only the new or edited learning is indexed anew
+
+        fresh = Store(tmp_path / f"fresh-{len(os.listdir(tmp_path))}.sqlite3")
+        indexer.sync(fresh, ws, ALL_TIERS)
+        assert store.rows("alpha") == fresh.rows("alpha")  # lines included
+        for table in ("words", "grams"):
+            store.conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+        fresh.close()
+
+    kept = row_ids(store, "cold/MEMORY.md")
+    unchanged = [f"auth learning {i}" for i in range(30) if i != 7] + ["testing learning 29"]
+    assert all(kept[text] == ids[text] for text in unchanged)  # their rows and FTS entries were left alone
+    assert search(store, "edited")[0]["lines"][0] == 1 + memory.read_text().splitlines().index(
+        "- [2026-03-01] testing learning 5, edited by a person"
+    )
+    assert not search(store, '"auth learning 7"')
+
+
 def test_an_edit_inside_a_day_file_that_also_grows_it_is_read_again_whole(store: Store, tmp_path: Path) -> None:
     ws = source(tmp_path / "alpha")
     path = write_day(ws.root, TODAY, entry("09:00:00", "deploy to staging"), entry("09:30:00", "smoke tests"))
@@ -351,6 +403,27 @@ def test_a_frequent_word_ranks_its_newest_matches_and_a_small_scope_still_finds_
     assert [h["date"] for h in hits] == [TODAY.isoformat()] * 3
     (own,) = search(store, "cache", filters("small"), limit=3)
     assert own["heading"] == "cache cleared in small"
+
+
+def test_a_short_term_scan_of_one_workspaces_tier_reads_newest_first_and_stops_at_its_limit(
+    store: Store, tmp_path: Path
+) -> None:
+    ws = source(tmp_path / "alpha")
+    texts = [f"learning {i} about the cache" for i in range(3000)]
+    (ws.root / "cold" / "MEMORY.md").write_text(memory_file({"Ops": texts}))
+    indexer.sync(store, ws, ALL_TIERS)
+    looked_at = 0
+
+    def like(pattern: str, text: str, escape: str) -> bool:  # SQLite's LIKE, counting the rows it is asked about
+        nonlocal looked_at
+        looked_at += 1
+        return pattern.strip("%").lower() in text.lower()
+
+    store.conn.create_function("like", 3, like)
+    hits = store.search(q.parse("c"), filters(tiers=("cold",)), 5)
+
+    assert [h["lines"][0] for h in hits] == [3003, 3002, 3001, 3000, 2999]  # the last learnings (newest rows) first
+    assert looked_at == 5  # not every learning that matches
 
 
 def test_offset_pages_through_word_and_substring_hits_without_repeats(store: Store, tmp_path: Path) -> None:

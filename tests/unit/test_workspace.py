@@ -411,6 +411,23 @@ def test_a_context_json_replaced_by_another_tool_is_adopted(ws: Workspace) -> No
     assert [n["text"] for n in on_disk["notes"]] == ["next"]
 
 
+def test_the_learnings_memd_holds_follow_each_learning_it_adds_without_parsing_the_file_again(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parse = cold_format.parse_memory
+    parses: list[int] = []
+    monkeypatch.setattr(cold_format, "parse_memory", lambda text: parses.append(1) or parse(text))
+    run(learn("Testing", "first"), learn("Ops", "second"), learn("Deploy", "third"), ws=ws)
+    assert [lr.text for lr in ws.cold.learnings] == ["first", "second", "third"]
+    parses.clear()
+
+    for i in range(20):  # into sections that exist: each learning is added to what memd holds
+        run(learn(("Testing", "Ops", "Deploy")[i % 3], f"learning {i}"), ws=ws)
+        assert ws.cold.learnings == parse((ws.root / "cold" / "MEMORY.md").read_text())
+        assert ws.cold.tokens == ws.counter.count(ws.cold.text)
+    assert parses == []
+
+
 def test_an_outside_edit_of_memory_md_is_kept_when_a_learning_is_added(ws: Workspace) -> None:
     run(learn("Testing", "Use tmp_path"), ws=ws)
     with memory_md(ws).open("a", encoding="utf-8") as f:

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memd.tiers import cold_format
 from memd.tiers.cold_format import (
     MEMORY_PREAMBLE,
     Learning,
@@ -15,6 +16,7 @@ from memd.tiers.cold_format import (
     relevant,
     render_learning,
 )
+from memd.tiers.cold_store import insertion_point
 
 # A MEMORY.md that people have been editing: prose, odd blank lines, CRLF here and there, trailing spaces,
 # a code sample with a "## " line in it, a learning above the first section.
@@ -285,6 +287,40 @@ def test_insert_only_adds_bytes(document: str, category: str, text: str) -> None
     base = document or MEMORY_PREAMBLE
     base += "" if base.endswith("\n") else "\n"
     assert result == f"{base}\n## {escape_category(category)}\n{line}"
+
+
+# Documents without fences, where insert_learning finds the section by searching for its heading and a commit
+# updates the parsed learnings instead of parsing the document again.
+UNFENCED = [p for p in PIECES if p not in ("```", "~~~")] + ["## A\n", "## B\n", "- [2024-02-02] y\n", "\ufeff"]
+unfenced = st.lists(st.sampled_from(UNFENCED), max_size=60).map("".join)
+category_names = st.sampled_from(["A", "B", "x", "A B", "é"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(unfenced, category_names, values)
+def test_finding_the_section_by_its_heading_inserts_where_reading_every_line_does(
+    document: str, category: str, text: str
+) -> None:
+    line = render_learning("2024-04-01", text)
+    assert insert_learning(document, category, "2024-04-01", text) == cold_format._insert_by_lines(
+        document, escape_category(category), line
+    )
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(unfenced, documents), category_names, values)
+def test_the_learnings_after_an_insertion_are_what_parsing_the_new_document_reads(
+    document: str, category: str, text: str
+) -> None:
+    result = insert_learning(document, category, "2024-04-01", text)
+    at, added = insertion_point(document, result)
+
+    updated = cold_format.parsed_after_insert(parse_memory(document), document, at, added)
+
+    assert updated is None or updated == parse_memory(result)
+    new_section = result.count("## ") > document.count("## ")
+    if not cold_format._may_fence(result) and parse_memory(document) and not new_section and document.endswith("\n"):
+        assert updated is not None  # the common case: a learning under an existing section, no fences
 
 
 # --- relevance ----------------------------------------------------------------------------------------------
