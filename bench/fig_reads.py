@@ -1,5 +1,8 @@
 """Figure 10: reads against a big day. `context.get` and `warm.recent {days: 1}` latency with 10, 5,000 and
 50,000 entries in today's warm file (50,000 is about 7.9 MB), against the 10-entry case in the same run.
+Figure 10b: reads against a big cold/MEMORY.md (10, 5,000 and 20,000 learnings, about 1.3 MB), with search on:
+`cold.get` and `context.get` with a topic, each alone and right after a `cold.learn` (the torture soak's load:
+an agent that learns in a loop grows MEMORY.md by thousands of learnings an hour).
 
 Today's file is written before the daemon starts, in memd's format (a heading with the time zone, entries of about
 150 bytes with Zipf-like words, bench/search_corpus.py's vocabulary). Each round times one `context.get` (no topic,
@@ -28,6 +31,8 @@ from memd.tiers.warm_format import WarmEntry
 
 WS = "bench"
 SIZES = (10, 5_000, 50_000)
+LEARNING_SIZES = (10, 5_000, 20_000)
+CATEGORIES = 10
 
 
 def write_today(warm: Path, entries: int, seed: int = 3) -> int:
@@ -113,5 +118,71 @@ def fig10_reads(s: Settings) -> list[Row]:
             Row("10", f"context.get right after a warm.log, {n:,} entries: p50", "ms", r["after_log"], "10 entries",
                 small["after_log"], note="one measurement of 50 alternating pairs (20 with --quick)"),
             Row("10", f"warm.log, {n:,} entries today: p50", "ms", r["log"], "10 entries", small["log"]),
+        ]  # fmt: skip
+    return rows
+
+
+def write_memory(cold: Path, learnings: int, seed: int = 5) -> int:
+    """cold/MEMORY.md with `learnings` learnings over CATEGORIES sections. Returns its size in bytes."""
+    cold.mkdir(parents=True, exist_ok=True)
+    sampler = Sampler(vocabulary(), seed)
+    sections: list[list[str]] = [[] for _ in range(CATEGORIES)]
+    for i in range(learnings):
+        sections[i % CATEGORIES].append(f"- [2026-11-{1 + i % 28:02d}] {sampler.words_(6, 14)}\n")
+    text = "# Agent Memory\n" + "".join(f"\n## Topic {k}\n" + "".join(lines) for k, lines in enumerate(sections))
+    (cold / "MEMORY.md").write_text(text)
+    return len(text.encode())
+
+
+def _cold_reads(s: Settings, n: int) -> dict[str, Any]:
+    root = fresh_dir(f"fig10b-{n}")
+    size = write_memory(root / "ws" / "cold", n)
+    config = base_config(root, {WS: root / "ws"}, warm={"timezone": "UTC"})
+    out: dict[str, Any] = {"cold": [], "context": [], "cold_after": [], "context_after": [], "learn": [], "bytes": size}
+    with Daemon(root, config).start() as d, d.client() as c:
+        c.call("memory.search", workspace=WS, query="x")  # the index built
+        for _ in range(s.reps):
+            cold: list[float] = []
+            context: list[float] = []
+            for _ in range(s.n(100, 30)):
+                cold.append(c.timed("cold.get", workspace=WS, topic="c")[0] * 1000)
+                context.append(c.timed("context.get", workspace=WS, topic="Topic 1")[0] * 1000)
+            out["cold"].append(percentile(cold, 50))
+            out["context"].append(percentile(context, 50))
+            learn: list[float] = []
+            cold_after: list[float] = []
+            context_after: list[float] = []
+            for i in range(s.n(60, 20)):
+                learn.append(
+                    c.timed("cold.learn", workspace=WS, category=f"Topic {i % CATEGORIES}", learning=f"new {i}")[0]
+                    * 1000
+                )
+                cold_after.append(c.timed("cold.get", workspace=WS, topic="c")[0] * 1000)
+                context_after.append(c.timed("context.get", workspace=WS, topic="Topic 1")[0] * 1000)
+            out["learn"].append(percentile(learn, 50))
+            out["cold_after"].append(percentile(cold_after, 50))
+            out["context_after"].append(percentile(context_after, 50))
+    return out
+
+
+def fig10b_cold_reads(s: Settings) -> list[Row]:
+    results = {n: _cold_reads(s, n) for n in LEARNING_SIZES}
+    small = results[LEARNING_SIZES[0]]
+    rows: list[Row] = []
+    for n, r in results.items():
+        big = n == LEARNING_SIZES[-1]
+        target, check = ("<= 3x", ("ratio<=", 3.0)) if big else ("", None)
+        note = f"cold/MEMORY.md {r['bytes'] / (1 << 20):.2f} MiB, search on"
+        rows += [
+            Row("10b", f"cold.get topic 'c', {n:,} learnings: p50", "ms", r["cold"], "10 learnings",
+                small["cold"], target, check, note=note),
+            Row("10b", f"context.get topic 'Topic 1', {n:,} learnings: p50", "ms", r["context"], "10 learnings",
+                small["context"], target, check),
+            Row("10b", f"cold.learn, {n:,} learnings: p50", "ms", r["learn"], "10 learnings", small["learn"],
+                target, check),
+            Row("10b", f"cold.get right after a cold.learn, {n:,} learnings: p50", "ms", r["cold_after"],
+                "10 learnings", small["cold_after"], target, check),
+            Row("10b", f"context.get right after a cold.learn, {n:,} learnings: p50", "ms", r["context_after"],
+                "10 learnings", small["context_after"], target, check),
         ]  # fmt: skip
     return rows

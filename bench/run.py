@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemonctl import SCRATCH, cleanup_sockets
 from fig_history import fig7_snapshots, fig8_checkpoints
 from fig_ops import fig5_watcher, fig6_scale
-from fig_reads import fig10_reads
+from fig_reads import fig10_reads, fig10b_cold_reads
 from fig_search import fig9_search
 from fig_write import Settings, fig1_warm_one_client, fig2_warm_concurrent, fig3_hot, fig4_tokens
 from report import Row, loadavg, machine, table, write_json
@@ -37,6 +37,7 @@ FIGURES: dict[str, tuple[str, Callable[[Settings], list[Row]]]] = {
     "checkpoint": ("8", fig8_checkpoints),
     "search": ("9", fig9_search),
     "reads": ("10", fig10_reads),
+    "coldreads": ("10b", fig10b_cold_reads),
 }
 
 

@@ -87,7 +87,11 @@ Piece = Callable[[date, int, WarmEntry], tuple[str, int]]
 
 
 def render_warm(
-    days: Sequence[tuple[date, Sequence[WarmEntry]]], counter: TokenCounter, budget: int, piece: Piece | None = None
+    days: Sequence[tuple[date, Sequence[WarmEntry]]],
+    counter: TokenCounter,
+    budget: int,
+    piece: Piece | None = None,
+    earlier: int = 0,
 ) -> Section:
     """The recent days' entries, newest first, within `budget`. `piece`: rendered text and token count of an
     entry (WarmStore.piece, which keeps them); by default rendered and counted here. The usage is the sum of the
@@ -100,7 +104,7 @@ def render_warm(
 
     parts: list[str] = []
     used = included = passed = 0
-    total = sum(len(entries) for _, entries in days)
+    total = earlier + sum(len(entries) for _, entries in days)  # `earlier`: older entries not handed in
     for day, entries in days:
         if passed > MAX_PASSED_OVER or used >= budget:
             break
@@ -167,16 +171,19 @@ _sections: weakref.WeakKeyDictionary[WarmStore, OrderedDict[tuple[Any, ...], tup
 def warm_section(
     store: WarmStore, days: Sequence[tuple[date, Sequence[WarmEntry]]], counter: TokenCounter, budget: int
 ) -> Section:
-    """render_warm with the store's pieces, kept while the days do not change (not for an unbounded budget)."""
+    """render_warm with the store's pieces, kept while the days do not change (not for an unbounded budget). The
+    entries of a day that the store let go of (WarmStore.DAY_WINDOW) are older than any it keeps: counted as
+    omitted. An unbounded budget (`all`) is handed whole days (load_recent's `everything`)."""
     if budget >= UNBOUNDED:
         return render_warm(days, counter, budget, store.piece)
+    earlier = sum(store.first_kept(day) for day, _ in days)
     lasts = tuple(entries[-1] if entries else None for _, entries in days)
-    key = (budget, id(counter), tuple((day, len(entries)) for day, entries in days), tuple(map(id, lasts)))
+    key = (budget, id(counter), earlier, tuple((day, len(entries)) for day, entries in days), tuple(map(id, lasts)))
     kept = _sections.setdefault(store, OrderedDict())
     found = kept.get(key)
     if found is not None:
         return found[1]
-    section = render_warm(days, counter, budget, store.piece)
+    section = render_warm(days, counter, budget, store.piece, earlier)
     kept[key] = (lasts, section)
     if len(kept) > SECTIONS_KEPT:
         kept.popitem(last=False)
@@ -205,11 +212,15 @@ async def recent_page(
     page: list[tuple[date, list[WarmEntry]]] = []
     window = [d for d in ws.warm.recent_days(ws.today(), days) if before is None or d <= before[0]]
     for i, day in enumerate(window):
-        entries = await ws.warm.load(day)
-        end = len(entries) if before is None or day < before[0] or before[1] is None else min(before[1], len(entries))
+        entries = await ws.warm.load(day)  # the newest entries; the first `first` of the day are not in it
+        first = ws.warm.first_kept(day)
+        count = first + len(entries)
+        end = count if before is None or day < before[0] or before[1] is None else min(before[1], count)
         start = max(0, end - limit)
+        if start < first:  # the page reaches entries let go (WarmStore.DAY_WINDOW): the whole day, in a worker
+            entries, first = await ws.warm.load_all(day), 0
         if end > start:
-            page.append((day, entries[start:end]))
+            page.append((day, entries[start - first : end - first]))
             limit -= end - start
         if start > 0:
             return page, (day, start)
@@ -218,12 +229,13 @@ async def recent_page(
     return page, None
 
 
-async def load_recent(ws: Workspace, days: int) -> Recent:
-    """The recent days' entries, brought up to date, a big parse in a worker thread (WarmStore.load). Hand what it
-    returns to `build_context` with no await in between: the lists stay whole even when the store lets go of a
-    day's parse to stay within its bound (recent days bigger than that together), so nothing is parsed again on
-    the loop."""
-    return [(day, await ws.warm.load(day)) for day in ws.warm.recent_days(ws.today(), days)]
+async def load_recent(ws: Workspace, days: int, everything: bool = False) -> Recent:
+    """The recent days' entries, brought up to date, a big parse in a worker thread (WarmStore.load): each day's
+    newest (WarmStore.DAY_WINDOW), or with `everything` all of them. Hand what it returns to `build_context` with
+    no await in between: the lists stay whole even when the store lets go of a day's parse to stay within its
+    bound (recent days bigger than that together), so nothing is parsed again on the loop."""
+    load = ws.warm.load_all if everything else ws.warm.load
+    return [(day, await load(day)) for day in ws.warm.recent_days(ws.today(), days)]
 
 
 UNBOUNDED = 1 << 40  # `all`: no budget cuts anything

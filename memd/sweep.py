@@ -135,7 +135,7 @@ async def _promotion(ws: Workspace, plan: retention.SweepPlan, chooser: promote.
     backend, fallback = "extractive", ""
     for day in days:
         ws.warm.refresh_day(day)
-        entries = await ws.warm.load(day)  # a big day is parsed in a worker thread
+        entries = await ws.warm.load_all(day)  # a big day is parsed in a worker thread
         if not entries:
             continue
         found: list[proposals_format.Proposal] | None = None

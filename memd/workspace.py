@@ -326,7 +326,7 @@ class Workspace:
         """A day's entries from warm/ or, once swept into it, from the archive. Returns (entries, source). An
         archive is decompressed (capped at warm.archive_max_bytes) in a worker thread, never on the loop."""
         if day in self.warm.days:
-            return await self.warm.load(day), "warm"  # a big day is parsed in a worker thread
+            return await self.warm.load_all(day), "warm"  # a big day is parsed in a worker thread
         self.check_identity()
         directory, cap = self.warm.directory, self.config.warm.archive_max_bytes
 

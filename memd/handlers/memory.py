@@ -273,8 +273,9 @@ async def cold_get(call: Call, p: Params) -> Any:
 async def context_get(call: Call, p: Params) -> Any:
     topic = p.optional_text("topic")
     ranked = await ranked_learnings(call, call.ws, topic)
-    recent = await load_recent(call.ws, call.ws.config.warm.recent_days)  # no await between this and build_context
-    result = build_context(call.ws, topic, everything=p.flag("all"), ranked=ranked, recent=recent)
+    everything = p.flag("all")
+    recent = await load_recent(call.ws, call.ws.config.warm.recent_days, everything)  # then build_context, no await
+    result = build_context(call.ws, topic, everything=everything, ranked=ranked, recent=recent)
     if p.flag("proposals"):  # cold/PROPOSED.md only when asked for, outside every budget
         section = context_section(call.ws.proposals.proposals)
         if section:

@@ -9,9 +9,12 @@ Parsed entries are incremental too, since day files only grow: memd's own append
 and only a file that was replaced, truncated, or changed before that last entry (its bytes there differ) is parsed
 again from the start. A read that must parse more than INLINE_PARSE_BYTES does so in a worker thread (`load`), so
 one workspace's big day never holds the event loop; the result is taken only if nothing changed the day's parse
-meanwhile. Bounds per workspace: the parsed entries of at most PARSED_MAX_BYTES of day files (oldest days are
-dropped first; the day being read stays, up to [limits] warm_day_max_bytes), and the rendered text and token count
-of at most PIECES_MAX entries (the ones context payloads rendered last).
+meanwhile. Bounds per workspace: of each day, only its newest DAY_WINDOW entries stay parsed (the older ones are
+final: a read that reaches them, a page of `warm.recent` or a whole `warm.day`, parses the file in a worker and
+keeps nothing of it: `load_all`); the parsed entries of at most PARSED_MAX_BYTES of day files (oldest days are
+dropped first; the day being read stays); and the rendered text and token count of at most PIECES_MAX entries (the
+ones context payloads rendered last). So memory does not grow with the day: an agent that logs all day long made
+memd hold about 7 bytes for every byte of its day file.
 Imports memd.fsio, memd.tokens and the warm format.
 """
 
@@ -36,17 +39,35 @@ from memd.tokens import TokenCounter
 INLINE_PARSE_BYTES = 16 * 1024  # parsed on the loop (about a millisecond); more goes to a worker thread
 PARSED_MAX_BYTES = 16 * MIB  # day-file bytes whose parsed entries a workspace keeps (about 4x that in memory)
 PIECES_MAX = 4096  # entries whose rendered text and token count a workspace keeps
+DAY_WINDOW = 8192  # a day's newest entries kept parsed (about 1.2 MiB of a day file, ~9 MB in memory)...
+DAY_WINDOW_SLACK = 2048  # ...once this many more have come, the oldest are let go in one move
 
 
 @dataclass
 class Parsed:
-    """A day file's entries as parsed from its first `size` bytes; `tail` holds its bytes from `resume.offset`
-    to `size`, which an append by someone else must leave as they are."""
+    """A day file's entries as parsed from its first `size` bytes, less its first `first` entries (let go: see
+    DAY_WINDOW); `tail` holds its bytes from `resume.offset` to `size`, which an append by someone else must leave
+    as they are. `resume.entries` counts from the file's first entry."""
 
     entries: list[WarmEntry]
     size: int
     resume: Resume
     tail: bytes
+    first: int = 0
+
+    def cut_to_window(self) -> None:
+        """Let go of the oldest entries beyond DAY_WINDOW (only final ones: before `resume`)."""
+        excess = len(self.entries) - DAY_WINDOW
+        if excess < DAY_WINDOW_SLACK:
+            return
+        drop = min(excess, self.resume.entries - self.first)
+        if drop > 0:
+            del self.entries[:drop]
+            self.first += drop
+
+    def replace_from_resume(self, entries: Sequence[WarmEntry]) -> None:
+        del self.entries[max(0, self.resume.entries - self.first) :]
+        self.entries.extend(entries)
 
 
 @dataclass
@@ -294,15 +315,15 @@ class WarmStore:
         current = parsed.resume.at_end or b"# Activity Log" in data[: max(first, 0)]
         if entries and first >= 0 and current and data.startswith(b"### ", last):
             parsed.entries.extend(entries)
-            parsed.resume = Resume(parsed.size + last, len(parsed.entries) - 1, True, True)
+            parsed.resume = Resume(parsed.size + last, parsed.first + len(parsed.entries) - 1, True, True)
             parsed.tail = data[last:]
         else:
             added, resume = warm_format.parse_day_bytes(parsed.tail + data, parsed.resume)
-            del parsed.entries[parsed.resume.entries :]
-            parsed.entries.extend(added)
+            parsed.replace_from_resume(added)
             parsed.tail = (parsed.tail + data)[resume.offset - parsed.resume.offset :]
             parsed.resume = resume
         parsed.size += len(data)
+        parsed.cut_to_window()
 
     def tokens_for(self, day: date) -> int:
         known = self.days.get(day)
@@ -318,8 +339,14 @@ class WarmStore:
             self.version += 1
         return known.tokens
 
+    def first_kept(self, day: date) -> int:
+        """How many of a day's first entries are not in what `entries_for` and `load` return (see DAY_WINDOW)."""
+        known = self.days.get(day)
+        return 0 if known is None or known.parsed is None else known.parsed.first
+
     def entries_for(self, day: date) -> list[WarmEntry]:
-        """A day's entries, parsed here as far as the file has grown (an async caller uses `load`)."""
+        """A day's newest entries (DAY_WINDOW at least, `first_kept` tells where they start), parsed here as far as
+        the file has grown (an async caller uses `load`)."""
         known = self.days.get(day)
         if known is None:
             return []
@@ -330,10 +357,23 @@ class WarmStore:
             self._take(job, self._parse(job, whole_if_rewritten=True))
         return known.entries or []
 
+    async def load_all(self, day: date) -> list[WarmEntry]:
+        """Every entry of a day: what `load` returns, or, when the oldest were let go (DAY_WINDOW), the whole file
+        parsed in a worker thread, kept by nobody."""
+        entries = await self.load(day)
+        known = self.days.get(day)
+        if known is None or known.parsed is None or known.parsed.first == 0 or known.fingerprint is None:
+            return entries
+        job = _Job(day, known, known.generation, None, 0, known.fingerprint.size)
+        result = await asyncio.get_running_loop().run_in_executor(None, self._parse, job, True)
+        if result.resume is None:  # unreadable now, or cut or replaced meanwhile: what is kept is all there is
+            return entries
+        return result.entries
+
     async def load(self, day: date) -> list[WarmEntry]:
-        """A day's entries, parsed as far as the file has grown; more than INLINE_PARSE_BYTES to parse is parsed in
-        a worker thread (readers of the same day share it) while the loop serves others. Every request that was
-        acknowledged before this call is in what it returns."""
+        """A day's newest entries (as `entries_for`), parsed as far as the file has grown; more than
+        INLINE_PARSE_BYTES to parse is parsed in a worker thread (readers of the same day share it) while the loop
+        serves others. Every request that was acknowledged before this call is in what it returns."""
         for _ in range(4):
             job = self._job(day)
             if job is None:
@@ -409,12 +449,12 @@ class WarmStore:
             return
         size = job.size
         if result.whole or job.parsed is None:
-            known.parsed = Parsed(result.entries, size, result.resume, result.tail)
+            parsed = known.parsed = Parsed(result.entries, size, result.resume, result.tail)
         else:
             parsed = job.parsed
-            del parsed.entries[parsed.resume.entries :]
-            parsed.entries.extend(result.entries)
+            parsed.replace_from_resume(result.entries)
             parsed.size, parsed.resume, parsed.tail = size, result.resume, result.tail
+        parsed.cut_to_window()
         self._trim(job.day)
 
     def _trim(self, keep: date) -> None:

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memd.config import WorkspaceConfig
+from memd.context import build_context, load_recent, recent_page
 from memd.tiers import warm_format, warm_store
 from memd.tiers.warm_format import Resume, WarmEntry, day_header, parse_day, parse_day_bytes, render_entry
 from memd.tokens import TokenCounter
@@ -178,6 +179,74 @@ def test_served_entries_equal_a_full_parse_after_any_sequence_of_changes(ws: Wor
                 assert served(ws, day) == on_disk(ws, day), (seed, step)
     for day in ws.warm.recent_days(ws.today(), 3):
         assert served(ws, day) == on_disk(ws, day), seed
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_day_keeps_only_its_newest_entries_parsed_and_every_one_can_still_be_read(
+    ws: Workspace, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm_store, "DAY_WINDOW", 4)
+    monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 2)
+    rng = random.Random(seed)
+    log(ws, "first")
+    names = [n for n in STEPS if n != "a new day"]
+    for _ in range(60):
+        if not day_path(ws).exists():
+            log(ws, "first of the day")
+        STEPS[rng.choice(names + ["memd logs"] * 4)](ws, rng)
+        if rng.random() < 0.5:
+            day = ws.today()
+            kept, whole = served(ws, day), on_disk(ws, day)
+            first = ws.warm.first_kept(day)
+            assert len(kept) < 4 + 2 + 3  # the window, its slack, and one batch of memd's
+            assert kept == whole[first:] and first + len(kept) == len(whole), seed
+            assert asyncio.run(ws.warm.load_all(day)) == whole
+    served(ws, ws.today())
+    assert ws.warm.first_kept(ws.today()) > 0  # the window was reached
+
+
+def test_paging_through_a_day_returns_every_entry_once_across_what_was_let_go(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm_store, "DAY_WINDOW", 10)
+    monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 5)
+    log(ws, "entry 0")
+    served(ws, ws.today())  # parsed once: memd's appends extend it from then on
+    for i in range(1, 60):
+        log(ws, f"entry {i}")
+    assert ws.warm.first_kept(ws.today()) > 0
+
+    async def every_page() -> list[str]:
+        actions: list[str] = []
+        position = None
+        while True:
+            page, position = await recent_page(ws, 1, 7, position)
+            actions[:0] = [e.action for _, entries in page for e in entries]
+            if position is None:
+                return actions
+
+    assert asyncio.run(every_page()) == [f"entry {i}" for i in range(60)]
+
+
+def test_context_counts_the_entries_let_go_as_omitted_and_all_includes_them(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm_store, "DAY_WINDOW", 10)
+    monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 5)
+    log(ws, "entry 0")
+    served(ws, ws.today())
+    for i in range(1, 60):
+        log(ws, f"entry {i}")
+    assert ws.warm.first_kept(ws.today()) > 0
+
+    async def context(everything: bool) -> dict[str, Any]:
+        recent = await load_recent(ws, 1, everything)
+        return build_context(ws, None, everything=everything, recent=recent)
+
+    some = asyncio.run(context(False))
+    assert some["included"]["warm"] + some["omitted"]["warm"] == 60
+    every = asyncio.run(context(True))
+    assert every["included"]["warm"] == 60 and every["omitted"]["warm"] == 0
 
 
 def test_memds_own_append_is_taken_from_what_it_wrote_without_reading_the_file(
