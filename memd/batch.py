@@ -40,6 +40,9 @@ class Draft:
     warm_text: list[str] = field(default_factory=list)
     hot: HotDoc | None = None  # None: no edit touched the hot tier
     cold: str | None = None  # None: no edit touched the cold tier
+    # Each learning inserted into `cold`: (text before, where, what, text after), so the cold store can take the
+    # batch in one insertion at a time (ColdStore.commit) instead of counting and parsing MEMORY.md again.
+    cold_inserts: list[tuple[str, int, str, str]] = field(default_factory=list)
     normalize_hot: bool = False  # move memd's keys to hot/memd.json and the article's to hot/context.json
     _proposals_store: ProposalsStore | None = None
     proposals: str | None = None  # cold/PROPOSED.md's text; None: no edit touched it
@@ -77,9 +80,11 @@ class Draft:
 
     def learn(self, category: str, text: str, day: str | None = None) -> str:
         """Insert a learning dated `day` (default: today) into cold/MEMORY.md. Returns its date."""
-        self.edit_cold()
+        before = self.edit_cold()
         day = day or self.local.date().isoformat()
-        self.cold = cold_format.insert_learning(self.cold or "", category, day, text)
+        after, at, added = cold_format.insert_learning_at(before, category, day, text)
+        self.cold_inserts.append((before, at, added, after))
+        self.cold = after
         return day
 
     def edit_cold(self) -> str:

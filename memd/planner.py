@@ -74,11 +74,12 @@ class TierPlanner:
             if future.done():
                 continue
             hot, cold, proposals, logged = draft.hot, draft.cold, draft.proposals, len(draft.warm)
+            inserted = len(draft.cold_inserts)
             try:
                 accepted.append((future, edit(draft)))
             except Exception as exc:
                 draft.hot, draft.cold, draft.proposals = hot, cold, proposals
-                del draft.warm[logged:], draft.warm_text[logged:]
+                del draft.warm[logged:], draft.warm_text[logged:], draft.cold_inserts[inserted:]
                 if not isinstance(exc, MemdError):
                     log.exception("workspace %s: an edit failed", self.name)
                 future.set_exception(exc)
@@ -132,7 +133,7 @@ class TierPlanner:
             self.warm.commit_append(plan.today, fp, plan.warm_write, draft.warm, tokens)
             changed.add("warm")
         if plan.cold_write is not None and draft.cold is not None:
-            self.cold.commit(draft.cold, plan.cold_write, by_write[id(plan.cold_write)])
+            self.cold.commit(draft.cold, plan.cold_write, by_write[id(plan.cold_write)], draft.cold_inserts)
             changed.add("cold")
         if plan.proposals_write is not None and draft.proposals is not None:
             self.proposals.commit(draft.proposals, plan.proposals_write, by_write[id(plan.proposals_write)])

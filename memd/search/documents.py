@@ -20,7 +20,9 @@ from memd.tiers import cold_format, hot_format, proposals_format, warm_format
 _HEAD = rb"### [0-9]{2}:[0-9]{2}:[0-9]{2} -(?:\r| [^\n]*)?(?=\n|\Z)"
 _ENTRY_HEAD = re.compile(_HEAD)
 _ENTRY_LINES = re.compile(rb"(?m)^" + _HEAD)
-_DAY_HEADINGS = re.compile(rb"(?m)^# Activity Log [^\n]*")  # those with a time zone switch the format
+_DAY_HEADING = rb"# Activity Log [^\n]*"
+_DAY_HEADINGS = re.compile(rb"(?m)^" + _DAY_HEADING)  # those with a time zone switch the format
+_DAY_HEAD = re.compile(_DAY_HEADING)
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -119,9 +121,13 @@ def warm_day(data: bytes, day: str, start: DayTail | None = None) -> tuple[list[
     marks = [(m.start(), True) for m in _ENTRY_LINES.finditer(data)]
     if start.offset == 0 and data.startswith(_BOM) and _ENTRY_HEAD.match(data, len(_BOM)):
         marks.insert(0, (0, True))  # parse_day drops a byte-order mark before the first line
+    headings = list(_DAY_HEADINGS.finditer(data))
+    if start.offset == 0 and data.startswith(_BOM):  # parse_day drops it before a day heading too
+        first = _DAY_HEAD.match(data, len(_BOM))
+        headings += [first] if first is not None else []
     marks += [
-        (m.start(), False)
-        for m in _DAY_HEADINGS.finditer(data)
+        (0 if m.start() == len(_BOM) and start.offset == 0 and data.startswith(_BOM) else m.start(), False)
+        for m in headings
         if warm_format.is_current_format(m.group().decode("utf-8", "replace"))
     ]
     marks.sort()

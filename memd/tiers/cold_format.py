@@ -137,17 +137,23 @@ def insert_learning(document: str, category: str, day: str, text: str) -> str:
     not ending in "\\n" gets one before an insertion at its end. Raises ValueError for an empty category or
     a malformed day.
     """
+    return insert_learning_at(document, category, day, text)[0]
+
+
+def insert_learning_at(document: str, category: str, day: str, text: str) -> tuple[str, int, str]:
+    """`insert_learning`, and where and what it inserted: (result, at, added), the result being
+    `document[:at] + added + document[at:]` (an empty document gets the preamble as part of `added`)."""
     line = render_learning(day, text)
     heading = escape_category(category)
     if not _may_fence(document):
         insert_at = _section_start(document, heading)
         if insert_at is not None:
-            return document[:insert_at] + line + document[insert_at:]
+            return document[:insert_at] + line + document[insert_at:], insert_at, line
     return _insert_by_lines(document, heading, line)
 
 
-def _insert_by_lines(document: str, heading: str, line: str) -> str:
-    """`insert_learning`, reading the document line by line (fences, a missing section, a last line without
+def _insert_by_lines(document: str, heading: str, line: str) -> tuple[str, int, str]:
+    """`insert_learning_at`, reading the document line by line (fences, a missing section, a last line without
     "\n")."""
     lines = _split_lines(document)
     fenced = _fenced_lines(lines)
@@ -171,10 +177,11 @@ def _insert_by_lines(document: str, heading: str, line: str) -> str:
         base = document or MEMORY_PREAMBLE
         if not base.endswith("\n"):
             base += "\n"
-        return f"{base}\n## {heading}\n{line}"
+        added = f"{base}\n## {heading}\n{line}"[len(document) :]
+        return document + added, len(document), added
     if insert_at > len(document):  # the heading is the last line and has no "\n"
-        return f"{document}\n{line}"
-    return document[:insert_at] + line + document[insert_at:]
+        return f"{document}\n{line}", len(document), f"\n{line}"
+    return document[:insert_at] + line + document[insert_at:], insert_at, line
 
 
 def _may_fence(document: str) -> bool:

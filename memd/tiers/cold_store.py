@@ -7,6 +7,8 @@ Imports memd.fsio, memd.tokens, memd.errors and the cold format.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 from memd import fsio
@@ -88,30 +90,55 @@ class ColdStore:
         """A replace guarded by the bytes the current text came from (a person's `>>` meanwhile is not lost)."""
         return fsio.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
 
-    def commit(self, text: str, write: fsio.FileWrite, fp: fsio.Fingerprint) -> None:
-        """Record a durable rewrite; tokens grow by what the edit inserted (lines, headings, preamble), and the
-        parsed learnings by the one learning inserted (parsed again only after any other edit)."""
-        at, added = insertion_point(self.text, text)
-        self.tokens += self._inserted_tokens(self.text, text, at, added)
+    def commit(
+        self,
+        text: str,
+        write: fsio.FileWrite,
+        fp: fsio.Fingerprint,
+        inserts: Sequence[tuple[str, int, str, str]] = (),
+    ) -> None:
+        """Record a durable rewrite. Tokens grow by what each insertion added (lines, headings, preamble), and the
+        parsed learnings by each learning inserted: `inserts` are a batch's insertions in order (Draft.learn), taken
+        one at a time when they lead from the text memd held to `text`; otherwise the edit is compared whole
+        (one insertion found, or a recount and a parse on the next read)."""
+        steps = _chain(self.text, text, inserts)
         learnings = self._learnings
-        if learnings is not None and added:
-            learnings = cold_format.parsed_after_insert(learnings, self.text, at, added)
+        if steps is None:
+            at, added = insertion_point(self.text, text)
+            steps = [(self.text, at, added)] if added else []
+            if not added:
+                self.tokens += self._counter.count(text) - self._counter.count(self.text)
+                learnings = None
+        for before, at, added in steps:
+            self.tokens += self._inserted_tokens(before, at, added)
+            if learnings is not None:
+                learnings = cold_format.parsed_after_insert(learnings, before, at, added)
         self.text = text
         self.raw = write.data
         self.fingerprint = fp
-        self._learnings = learnings if added else None
+        self._learnings = learnings
         self._by_content = None
         self.error = None
 
-    def _inserted_tokens(self, old: str, new: str, at: int, added: str) -> int:
-        """Tokens an insert-only edit added, counted with the neighbouring lines so merges at the seams
-        (a blank line next to a new section) come out exactly as a full recount would."""
-        if not added:
-            return self._counter.count(new) - self._counter.count(old)
+    def _inserted_tokens(self, old: str, at: int, added: str) -> int:
+        """Tokens an insertion of `added` at `at` into `old` added, counted with the neighbouring lines so merges at
+        the seams (a blank line next to a new section) come out exactly as a full recount would."""
         before = old[old.rfind("\n", 0, max(at - 1, 0)) + 1 : at]
         end = old.find("\n", at)
         after = old[at : len(old) if end < 0 else end + 1]
         return self._counter.count(before + added + after) - self._counter.count(before + after)
+
+
+def _chain(start: str, end: str, inserts: Sequence[tuple[str, int, str, str]]) -> list[tuple[str, int, str]] | None:
+    """The insertions (text before, where, what) that lead from `start` to `end`, when `inserts` is such a chain
+    (each starting from the text the one before led to); None when it is not (no insertion recorded, an edit
+    other than an insertion in between, a request's edit undone)."""
+    if not inserts or inserts[0][0] is not start or inserts[-1][3] is not end:
+        return None
+    for (_, _, _, after), (before, _, _, _) in itertools.pairwise(inserts):
+        if after is not before:
+            return None
+    return [(before, at, added) for before, at, added, _ in inserts]
 
 
 def insertion_point(old: str, new: str) -> tuple[int, str]:

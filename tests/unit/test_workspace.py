@@ -428,6 +428,30 @@ def test_the_learnings_memd_holds_follow_each_learning_it_adds_without_parsing_t
     assert parses == []
 
 
+def test_a_batch_of_learnings_is_taken_one_insertion_at_a_time_and_an_undone_one_is_not(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(learn("Testing", "first"), learn("Ops", "second"), ws=ws)
+    assert ws.cold.learnings
+    parse, count = cold_format.parse_memory, ws.counter.count
+    parses: list[int] = []
+    whole: list[int] = []
+    monkeypatch.setattr(cold_format, "parse_memory", lambda text: parses.append(1) or parse(text))
+    monkeypatch.setattr(ws.counter, "count", lambda text: whole.append(len(text)) or count(text))
+
+    def learn_then_fail(draft: Draft) -> None:
+        draft.learn("Ops", "undone")
+        raise ValueError("the request fails after its learning")
+
+    run(*(learn(("Testing", "Ops")[i % 2], f"batched {i}") for i in range(6)), learn_then_fail, ws=ws)
+
+    text = (ws.root / "cold" / "MEMORY.md").read_text()
+    assert "undone" not in text and all(f"batched {i}" in text for i in range(6))
+    assert ws.cold.learnings == parse(text)
+    assert parses == [] and max(whole) < len(text) // 2  # neither parsed nor counted whole
+    assert ws.cold.tokens == count(text)
+
+
 def test_an_outside_edit_of_memory_md_is_kept_when_a_learning_is_added(ws: Workspace) -> None:
     run(learn("Testing", "Use tmp_path"), ws=ws)
     with memory_md(ws).open("a", encoding="utf-8") as f:

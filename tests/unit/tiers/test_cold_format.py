@@ -302,9 +302,17 @@ def test_finding_the_section_by_its_heading_inserts_where_reading_every_line_doe
     document: str, category: str, text: str
 ) -> None:
     line = render_learning("2024-04-01", text)
-    assert insert_learning(document, category, "2024-04-01", text) == cold_format._insert_by_lines(
-        document, escape_category(category), line
-    )
+    result, at, added = cold_format.insert_learning_at(document, category, "2024-04-01", text)
+    assert (result, at, added) == cold_format._insert_by_lines(document, escape_category(category), line)
+    assert result == document[:at] + added + document[at:]
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents, categories, values)
+def test_where_and_what_an_insertion_added_is_reported_exactly(document: str, category: str, text: str) -> None:
+    result, at, added = cold_format.insert_learning_at(document, category, "2024-04-01", text)
+    assert result == insert_learning(document, category, "2024-04-01", text)
+    assert result == document[:at] + added + document[at:]
 
 
 @settings(max_examples=500, deadline=None)
