@@ -39,8 +39,10 @@ from memd.tokens import TokenCounter
 INLINE_PARSE_BYTES = 16 * 1024  # parsed on the loop (about a millisecond); more goes to a worker thread
 PARSED_MAX_BYTES = 16 * MIB  # day-file bytes whose parsed entries a workspace keeps (about 4x that in memory)
 PIECES_MAX = 4096  # entries whose rendered text and token count a workspace keeps
-DAY_WINDOW = 8192  # a day's newest entries kept parsed (about 1.2 MiB of a day file, ~9 MB in memory)...
-DAY_WINDOW_SLACK = 2048  # ...once this many more have come, the oldest are let go in one move
+# A day's newest entries kept parsed (about 300 KiB of a day file, ~1.5 MB in memory; a context payload's warm
+# budget holds a few hundred at most, a `warm.recent` page 100)...
+DAY_WINDOW = 2048
+DAY_WINDOW_SLACK = 512  # ...once this many more have come, the oldest are let go in one move
 
 
 @dataclass
