@@ -205,9 +205,9 @@ def test_a_day_keeps_only_its_newest_entries_parsed_and_every_one_can_still_be_r
     assert ws.warm.first_kept(ws.today()) > 0  # the window was reached
 
 
-def test_paging_through_a_day_returns_every_entry_once_across_what_was_let_go(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def sixty_entries(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    """Today with 60 entries, of which a window of 10 (and a slack of 5) stays parsed."""
     monkeypatch.setattr(warm_store, "DAY_WINDOW", 10)
     monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 5)
     log(ws, "entry 0")
@@ -215,6 +215,11 @@ def test_paging_through_a_day_returns_every_entry_once_across_what_was_let_go(
     for i in range(1, 60):
         log(ws, f"entry {i}")
     assert ws.warm.first_kept(ws.today()) > 0
+    return ws
+
+
+def test_paging_through_a_day_returns_every_entry_once_across_what_was_let_go(sixty_entries: Workspace) -> None:
+    ws = sixty_entries
 
     async def every_page() -> list[str]:
         actions: list[str] = []
@@ -228,16 +233,8 @@ def test_paging_through_a_day_returns_every_entry_once_across_what_was_let_go(
     assert asyncio.run(every_page()) == [f"entry {i}" for i in range(60)]
 
 
-def test_context_counts_the_entries_let_go_as_omitted_and_all_includes_them(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(warm_store, "DAY_WINDOW", 10)
-    monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 5)
-    log(ws, "entry 0")
-    served(ws, ws.today())
-    for i in range(1, 60):
-        log(ws, f"entry {i}")
-    assert ws.warm.first_kept(ws.today()) > 0
+def test_context_counts_the_entries_let_go_as_omitted_and_all_includes_them(sixty_entries: Workspace) -> None:
+    ws = sixty_entries
 
     async def context(everything: bool) -> dict[str, Any]:
         recent = await load_recent(ws, 1, everything)
