@@ -156,7 +156,10 @@ def render_cold(learnings: list[Learning], counter: TokenCounter, budget: int) -
         lines.append(line)
         kept.append(learning)
     text = heading + "".join(lines) if lines else ""
-    return Section(text, TierUsage(counter.count(text), budget), len(lines), len(learnings) - len(lines), tuple(kept))
+    # The usage is the sum of the lines' counts, as for warm: text split at line ends counts the same apart as
+    # together (LIMITS.md; a test checks the sum against a count of the text), and is not counted again.
+    tokens = used if lines else 0
+    return Section(text, TierUsage(tokens, budget), len(lines), len(learnings) - len(lines), tuple(kept))
 
 
 # The warm sections rendered last, per workspace (2 a payload: plain, and with room for the omission notice): a

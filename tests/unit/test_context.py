@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from clocks import START, FixedClock
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memd.batch import Draft
 from memd.config import BudgetConfig, WorkspaceConfig
@@ -140,6 +142,16 @@ def test_warm_and_cold_stay_within_every_budget_from_zero_up(
     for budget in range(0, 400, 3):
         assert render_warm(days, counter, budget).usage.tokens <= budget, budget
         assert render_cold(learnings, counter, budget).usage.tokens <= budget, budget
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "Ops", "CJK 测试", "emoji 🙂"]), st.text(max_size=60)), max_size=30))
+def test_the_cold_usage_is_the_count_of_the_cold_text(counter: TokenCounter, items: list[tuple[str, str]]) -> None:
+    learnings = [cold_format.Learning(c, "2026-01-01", t, i) for i, (c, t) in enumerate(items)]
+    for budget in (0, 9, 40, 400, 20_000):
+        section = render_cold(learnings, counter, budget)
+
+        assert section.usage.tokens == counter.count(section.text) <= budget
 
 
 def test_cold_passes_over_a_learning_too_long_for_the_room_left_but_does_not_read_the_whole_tier_for_one(
