@@ -33,6 +33,7 @@ import re
 import shutil
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -187,6 +188,10 @@ class GitRepo:
         # Once HEAD is seen to exist, `stage` stops asking (one git process less per snapshot); a diff against a
         # HEAD that is gone again (the repository deleted and made again, the branch deleted) asks once more.
         self._has_commits = False
+        # How many of memd's snapshots are waiting for a running git's index.lock right now (status shows it: a
+        # person whose `git commit` editor is open sees why memd has not committed).
+        self.lock_waiters = 0
+        self._waiters_lock = threading.Lock()
         with contextlib.suppress(GitError):
             self.check_root()
 
@@ -370,18 +375,26 @@ class GitRepo:
         self.check_root()  # a stale lock is removed below: only ever in the workspace memd opened
         self.clear_stale_locks()
         lock = self.git_dir / "index.lock"
-        deadline = time.monotonic() + timeout
-        while lock.exists():
-            try:
-                age = time.time() - lock.stat().st_mtime
-            except FileNotFoundError:
-                return
-            if age > STALE_LOCK_SECONDS and not _git_running_in(self.git_dir, self.work_tree):
-                lock.unlink(missing_ok=True)
-                return
-            if time.monotonic() > deadline:
-                raise GitError(f"{lock} is held by a running git for over {timeout:.0f}s; snapshot postponed")
-            time.sleep(0.05)
+        if not lock.exists():
+            return
+        with self._waiters_lock:
+            self.lock_waiters += 1
+        try:
+            deadline = time.monotonic() + timeout
+            while lock.exists():
+                try:
+                    age = time.time() - lock.stat().st_mtime
+                except FileNotFoundError:
+                    return
+                if age > STALE_LOCK_SECONDS and not _git_running_in(self.git_dir, self.work_tree):
+                    lock.unlink(missing_ok=True)
+                    return
+                if time.monotonic() > deadline:
+                    raise GitError(f"{lock} is held by a running git for over {timeout:.0f}s; snapshot postponed")
+                time.sleep(0.05)
+        finally:
+            with self._waiters_lock:
+                self.lock_waiters -= 1
 
     def stage(self, lock_wait: float = GIT_TIMEOUT, hold: Sequence[str] = ()) -> list[str]:
         """Stage the snapshot paths but the files in `hold` (their index entries stay as they are). Returns the
@@ -508,10 +521,27 @@ class GitRepo:
             input=message,
         )
         self._has_commits = True
-        return self.head()
+        return self._loose_head() or self.head()
 
     def head(self) -> str:
         return self.run("rev-parse", "HEAD").decode().strip()
+
+    def _loose_head(self) -> str:
+        """HEAD's commit read from the files `git commit` has just written (HEAD names a branch, the branch's
+        loose ref holds the id), or "" when the repository keeps refs otherwise (a detached HEAD, a packed or
+        reftable ref): one `rev-parse` process less per snapshot, which is most of a sweep's cost at hundreds
+        of workspaces."""
+        try:
+            target = (self.git_dir / "HEAD").read_text(encoding="ascii").strip()
+            if not target.startswith("ref: refs/heads/"):
+                return ""
+            ref = target.removeprefix("ref: ")
+            if ".." in ref.split("/"):
+                return ""
+            rev = (self.git_dir / ref).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            return ""
+        return rev if len(rev) in (40, 64) and all(c in "0123456789abcdef" for c in rev) else ""
 
     def committed_files(self, directory: str, commit: str = "") -> tuple[str, dict[str, str]]:
         """`commit` (default HEAD) and the blob id of each regular file directly in `directory` in it (name -> id),

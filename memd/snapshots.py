@@ -67,6 +67,7 @@ class RepoState:
     # would only undo the other machine's session in the shared history, and each would do that after every
     # sync, for ever (memd.sync). A change made here, or a `whole` snapshot, commits it.
     hot_kept: dict[str, bytes] = field(default_factory=dict)
+    queued: int = 0  # snapshots waiting for `lock` (a restore, a sync, a checkpoint or another snapshot holds it)
 
 
 class Snapshotter:
@@ -197,8 +198,15 @@ class Snapshotter:
         if ws.name not in self._workspaces:
             self.track(ws)
         state = self._states[ws.name]
-        async with state.lock:
+        state.queued += 1
+        try:
+            await state.lock.acquire()
+        finally:
+            state.queued -= 1
+        try:
             return await self._snapshot_locked(ws, state, reason, trailers, whole=whole)
+        finally:
+            state.lock.release()
 
     async def _snapshot_locked(
         self,
@@ -512,6 +520,8 @@ class Snapshotter:
             "last_error": s.last_error or None,
             "failures": s.failures,
             "pending": bool(s.dirty),
+            "queued": s.queued,
+            "waiting_for_git": str(s.repo.git_dir / "index.lock") if s.repo and s.repo.lock_waiters else None,
             "push": {"state": s.push_state or None, "error": s.push_error or None} if self.config.remote else None,
             "sync": (s.sync or {"state": None}) if self.config.remote else None,
         }

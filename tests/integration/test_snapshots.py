@@ -325,7 +325,8 @@ def test_a_live_index_lock_is_waited_on(memd: RunningDaemon) -> None:
     results: list[Any] = []
     snapshot = threading.Thread(target=lambda: results.append(memd.call("snapshot.run", workspace="live")))
     snapshot.start()
-    time.sleep(1.0)
+    waiting = wait_for(lambda: snap_status(memd, "live")["waiting_for_git"], "the snapshot to wait for the lock")
+    assert waiting == str(lock)
     assert lock.exists(), "memd took away the lock of a running git"
     lock.unlink()
     snapshot.join(DEADLINE)
@@ -344,7 +345,7 @@ def test_a_live_index_lock_never_holds_up_writes(memd: RunningDaemon) -> None:
     try:
         with memd.client(timeout=DEADLINE) as c:  # a hang detector: git's own lock wait is 30 s
             c.call("hot.note", workspace="blocked", text="starts a debounced snapshot that meets the lock")
-            time.sleep(1.0)  # past settle_seconds: that snapshot is now waiting for the lock
+            wait_for(lambda: snap_status(memd, "blocked")["waiting_for_git"], "the debounced snapshot to meet the lock")
             written = c.call("hot.note", workspace="blocked", text="acknowledged while git holds the lock")
     finally:
         lock.unlink()
@@ -534,7 +535,8 @@ def test_restore_succeeds_when_a_debounced_snapshot_is_due_at_the_same_time(
     with (ws / "cold" / "MEMORY.md").open("a", encoding="utf-8") as f:  # a person edits a file meanwhile
         f.write("# Agent Memory\n\n## Notes\n- [2026-01-01] edited by hand\n")
     wait_for(lambda: snap_status(d, "w")["pending"], "memd to adopt the outside edit")
-    time.sleep(1.5)  # past settle_seconds: the debounced snapshot for that edit is now due
+    wait_for(lambda: snap_status(d, "w")["queued"], "the debounced snapshot for that edit to queue behind the restore")
+    assert snap_status(d, "w")["waiting_for_git"] == str(lock)  # the restore, still waiting for the person's git
     lock.unlink()
     restoring.join(DEADLINE)
 

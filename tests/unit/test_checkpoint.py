@@ -1387,3 +1387,76 @@ def test_hot_keeps_the_newest_ten_checkpoint_records(
     record = run(make_checkpointer().run(ws, force=True))
 
     assert [r["id"] for r in ws.hot.doc["checkpoints"]] == [f"ckpt-old-{i}" for i in range(1, 10)] + [record["id"]]
+
+
+class SyncedDuringTheCall(Described):
+    """A summarizer during whose call a sync lands (`sync`, set by the test)."""
+
+    sync: Callable[[], None] = staticmethod(lambda: None)
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.sync()
+        return await super().summarize(request)
+
+
+@pytest.mark.parametrize(
+    ("when", "decisions"),
+    [("before", 6), ("before", 0), ("during the call", 0)],
+    ids=["before it", "before it, only hot/memd.json compressed", "during the summarizer's call"],
+)
+def test_a_checkpoint_around_a_sync_commits_this_machines_hot_files_before_and_after_it(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    git_snapshots: Snapshotter,
+    when: str,
+    decisions: int,
+) -> None:
+    import os
+    import subprocess
+
+    from memd.gitrepo import HOT_FILES
+
+    ws = make_workspace()
+    run(seeded(ws, decisions=decisions))
+    summarizer = SyncedDuringTheCall()
+    checkpointer = make_checkpointer(summarizer, snapshots=git_snapshots)
+    run(git_snapshots.snapshot(ws, "this machine's session"))
+    state = git_snapshots.repo_state(ws)
+    assert state.repo is not None
+    env = {**os.environ, "GIT_DIR": str(state.repo.git_dir), "GIT_WORK_TREE": str(ws.root)}
+    env |= {
+        f"GIT_{who}_{what}": value
+        for who in ("AUTHOR", "COMMITTER")
+        for what, value in (("NAME", "o"), ("EMAIL", "o@x"))
+    }
+
+    def git_bytes(*args: str, stdin: bytes = b"") -> bytes:
+        return subprocess.run(["git", *args], input=stdin, capture_output=True, env=env, check=True).stdout
+
+    def git(*args: str, stdin: bytes = b"") -> str:
+        return git_bytes(*args, stdin=stdin).decode().strip()
+
+    def another_machines_session_arrives() -> None:
+        """A sync fast-forwards to another machine's commit, whose hot files are that machine's session; this
+        machine's files stay on disk and are remembered as kept (memd.sync): routine snapshots leave them out."""
+        for path in HOT_FILES:
+            blob = git("hash-object", "-w", "--stdin", stdin=b'{"other": "machine"}\n')
+            git("update-index", "--cacheinfo", f"100644,{blob},{path}")
+        git("update-ref", "HEAD", git("commit-tree", git("write-tree"), "-p", "HEAD", "-m", "another machine"))
+        state.hot_kept = {path: (ws.root / path).read_bytes() for path in HOT_FILES}
+
+    mine = {path: (ws.root / path).read_bytes() for path in HOT_FILES}
+    if when == "before":
+        another_machines_session_arrives()
+    else:
+        summarizer.sync = another_machines_session_arrives
+
+    record = run(checkpointer.run(ws, force=True))
+
+    def session(data: bytes) -> dict[str, Any]:  # a hot file but the record of the post-checkpoint commit itself
+        return {k: v for k, v in json.loads(data).items() if k != "checkpoints"}
+
+    for path in HOT_FILES:  # the record's commits stand for this machine's session, before and after
+        assert git_bytes("show", f"{record['pre_commit']}:{path}") == mine[path], path
+        after = git_bytes("show", f"{record['post_commit']}:{path}")
+        assert session(after) == session((ws.root / path).read_bytes()), path

@@ -800,3 +800,19 @@ def test_moving_head_for_a_sync_keeps_what_a_person_staged_in_paths_the_merge_di
     assert repo.head() == new
     assert repo.run("diff", "--cached", "--name-only").decode().split() == ["cold/MEMORY.md"]
     assert b"warm/2024-01-01.md" in repo.run("ls-files", "--stage")
+
+
+@pytest.mark.parametrize("layout", ["loose", "packed", "detached"])
+def test_a_commit_returns_its_own_id_however_the_repository_keeps_its_refs(repo: GitRepo, layout: str) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    first = snapshot(repo)
+    if layout == "packed":  # e.g. after a person's `git gc`: the branch lives only in packed-refs until memd commits
+        person_git(repo.work_tree, f"--git-dir={repo.git_dir}", "pack-refs", "--all")
+    elif layout == "detached":  # a person checked out a commit in the snapshot repository
+        person_git(repo.work_tree, f"--git-dir={repo.git_dir}", "checkout", "--quiet", "--detach", first)
+
+    write(repo.work_tree / "hot" / "context.json", '{"task": "x"}\n')
+    rev = repo.commit(repo.stage(), "c", "", {})
+
+    assert rev == person_git(repo.work_tree, f"--git-dir={repo.git_dir}", "rev-parse", "HEAD").strip()
+    assert rev != first
