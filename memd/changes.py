@@ -6,8 +6,9 @@ workspace when it is made (never wired onto it afterwards).
   acknowledged), an adopted outside edit (`"external"`) or a sync's merged files (`"sync"`): snapshots,
   checkpoints and the search index follow (a restore from git commits itself; the search index catches up on the
   tiers' versions before each query);
-- `before_destructive(ws, why)`: a retention sweep is about to delete or archive day files: commit them first and
-  say what git holds (None: snapshots are off or leave warm out, nothing to check against).
+- `before_destructive(ws, why, days)`: a retention sweep is about to delete or archive the day files `days`:
+  commit them first (unless git holds each of them already, byte for byte) and say what git holds (None:
+  snapshots are off or leave warm out, nothing to check against).
 
 `Fanout` is the daemon's sink: the history keeper (the snapshotter) answers the first and last, and every
 listener hears `changed`, each on its own (one failing is logged, never felt by the writer). Imports nothing of
@@ -34,13 +35,13 @@ class ChangeSink(Protocol):
 
     def changed(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None: ...
 
-    async def before_destructive(self, ws: Workspace, why: str) -> Held | None: ...
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> Held | None: ...
 
 
 class HistoryKeeper(Protocol):
     def track(self, ws: Workspace) -> None: ...
 
-    async def before_destructive(self, ws: Workspace, why: str) -> Held | None: ...
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> Held | None: ...
 
 
 class NoSink:
@@ -52,7 +53,7 @@ class NoSink:
     def changed(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
         pass
 
-    async def before_destructive(self, ws: Workspace, why: str) -> Held | None:
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> Held | None:
         return None
 
 
@@ -73,5 +74,5 @@ class Fanout:
             except Exception:
                 log.exception("change listener failed for workspace %s", ws.name)
 
-    async def before_destructive(self, ws: Workspace, why: str) -> Held | None:
-        return None if self.keeper is None else await self.keeper.before_destructive(ws, why)
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> Held | None:
+        return None if self.keeper is None else await self.keeper.before_destructive(ws, why, days)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from memd import fsio
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
 from memd.errors import InvalidParams, MemdError, StorageError, Unavailable
@@ -138,10 +139,12 @@ class Snapshotter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def before_destructive(self, ws: Workspace, why: str) -> Held | None:
-        """Commit what is about to be deleted and return what git then holds of `warm/` (None when snapshots are
-        off or leave out warm: nothing to check against). Refuses (raises) when that fails, so nothing leaves
-        history."""
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> Held | None:
+        """Commit what is about to be deleted (the day files `days`) and return what git then holds of `warm/`
+        (None when snapshots are off or leave out warm: nothing to check against). Refuses (raises) when that
+        fails, so nothing leaves history. When HEAD holds each of `days` byte for byte already (they were
+        committed as they were written, days ago: the usual sweep), nothing is committed first; the deletion is
+        committed with the next snapshot."""
         if not self.config.enabled or "warm" not in self.config.paths:
             return None
         if ws.name not in self._workspaces:
@@ -149,6 +152,8 @@ class Snapshotter:
         state = self._states[ws.name]
         held: Held | None = None
         async with state.lock:  # the commit and the listing of what it holds: no other commit in between
+            if days and (held := await self._held_at_head(ws, state, days)) is not None:
+                return held
             rev, _ = await self._snapshot_locked(ws, state, f"before {why}", None)
             if rev and state.repo is not None:
                 try:
@@ -165,6 +170,18 @@ class Snapshotter:
                 f"({state.last_error or 'unknown error'}); fix the snapshot repository and retry"
             )
         return held
+
+    async def _held_at_head(self, ws: Workspace, state: RepoState, days: Sequence[str]) -> Held | None:
+        """What HEAD holds of `warm/`, when it holds each of `days` exactly as the file is now; else None (the
+        caller commits first). Nothing that goes wrong here is an error: the caller's commit finds and records it."""
+        try:
+            ws.check_identity()
+            repo = await self._repo(ws, state)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._io, _held_at_head, repo, ws.warm.directory, days
+            )
+        except (GitError, StorageError, OSError):
+            return None
 
     async def flush(self, reason: str) -> int:
         """Snapshot every dirty workspace now (interval job, shutdown). Returns commits made."""
@@ -532,6 +549,21 @@ def _head_or_empty(repo: GitRepo) -> str:
         return repo.head()
     except GitError:
         return ""
+
+
+def _held_at_head(repo: GitRepo, directory: Path, days: Sequence[str]) -> Held | None:
+    """(In a worker.) `Snapshotter._held_at_head`: one `ls-tree`, and each day file read and hashed."""
+    repo.check_safe()
+    head = repo.head_commit()
+    if not head:
+        return None
+    head, blobs = repo.committed_files("warm", head)
+    held = Held(head, blobs)
+    for name in days:
+        data = fsio.read_bytes(directory / name)
+        if data is None or held.why_not(name, data) is not None:
+            return None
+    return held
 
 
 def _stage(repo: GitRepo, state: RepoState, whole: bool) -> list[str]:

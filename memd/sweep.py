@@ -67,7 +67,7 @@ async def run(ws: Workspace, dry_run: bool, confirm: bool = False) -> dict[str, 
     if plan.expired and not dry_run and not report_only and not outcome.kept:
         # Commits the files first (taking the writer itself) and says what git holds of warm/ (None: snapshots
         # off or without warm, nothing is checked).
-        held = await ws.sink.before_destructive(ws, "retention")
+        held = await ws.sink.before_destructive(ws, "retention", plan.expired)
         async with ws.exclusive:
             ws.check_identity()
             # Planned again under the writer: only what is still expired (and was just committed) goes, and

@@ -654,6 +654,8 @@ def test_a_sweep_during_the_first_snapshot_does_not_hang_the_workspace(
     root = short_root / "race"
     ws = root / "ws" / "w"
     seed_expired_day(ws)
+    # A `.git` above the workspace (not a repository): memd must ask git whether the workspace lies in a work tree.
+    (root / "ws" / ".git").mkdir()
     config = base_config(root, workspaces={"w": ws}, snapshot={"settle_seconds": 30.0, "max_wait_seconds": 60.0})
     d = make_daemon("race", config=config, env=env)
     snapshot_result: list[Any] = []

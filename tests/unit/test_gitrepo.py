@@ -816,3 +816,41 @@ def test_a_commit_returns_its_own_id_however_the_repository_keeps_its_refs(repo:
 
     assert rev == person_git(repo.work_tree, f"--git-dir={repo.git_dir}", "rev-parse", "HEAD").strip()
     assert rev != first
+
+
+@pytest.mark.parametrize("name", ["with space", 'quote"d', "back\\slash", "hash#semi;colon", " lead and trail "])
+def test_a_new_repository_is_marked_as_memds_and_names_its_work_tree_whatever_the_path(
+    tmp_path: Path, name: str
+) -> None:
+    ws = make_workspace(tmp_path / name / "ws")
+    r = locate(ws, tmp_path / "state")
+    r.ensure("main")
+    write(ws / "hot" / "context.json", "{}\n")
+    snapshot(r)
+
+    def config(key: str) -> str:
+        return person_git(tmp_path, f"--git-dir={r.git_dir}", "config", "--get", key).removesuffix("\n")
+
+    assert r.managed()
+    assert config("memd.managed") == "true"
+    assert config("core.worktree") == str(ws)
+    assert not (r.git_dir / "hooks").exists()  # no sample hooks copied in (memd's git never runs hooks)
+    assert person_git(tmp_path, f"--git-dir={r.git_dir}", "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("refs", ["loose", "packed"])
+def test_a_new_repository_whose_branch_another_git_moved_stages_only_what_differs_from_it(
+    repo: GitRepo, refs: str
+) -> None:
+    # As a sync's fast-forward leaves it: the branch, made by another git before memd's first commit, holds the
+    # workspace's files exactly as they are on disk.
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    git = (f"--git-dir={repo.git_dir}", f"--work-tree={repo.work_tree}")
+    person_git(repo.work_tree, *git, "add", "hot")
+    person_git(repo.work_tree, *git, "commit", "--quiet", "-m", "another machine's first commit")
+    if refs == "packed":
+        person_git(repo.work_tree, *git, "pack-refs", "--all")
+
+    assert repo.stage() == []
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+    assert repo.stage() == ["cold/MEMORY.md"]

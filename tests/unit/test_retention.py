@@ -18,6 +18,7 @@ import os
 import tomllib
 import tracemalloc
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -708,9 +709,9 @@ class PersonAfterTheCommit:
     def changed(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
         self.fanout.changed(ws, tiers, origin)
 
-    async def before_destructive(self, ws: Workspace, why: str) -> Any:
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> Any:
         self.whys.append(why)
-        held = await self.fanout.before_destructive(ws, why)
+        held = await self.fanout.before_destructive(ws, why, days)
         if self.edit is not None:
             with self.edit.open("a", encoding="utf-8") as f:
                 f.write("- a line a person added after memd's commit\n")
@@ -972,3 +973,57 @@ def test_proposals_that_cannot_be_written_keep_every_expired_day_with_the_reason
     assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "memd.sweep"] == [
         ("ERROR", f"workspace w: proposals not written, expired days kept: {why}")
     ]
+
+
+def _git_log(root: Path, *args: str) -> list[str]:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "-C", str(root), "log", "--format=%s", *args], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+
+
+def _git_show(root: Path, rev: str, path: str) -> bytes:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"], capture_output=True, check=True).stdout
+
+
+def test_a_sweep_of_days_git_already_holds_commits_nothing_first_and_removes_them(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "ws"
+    expired = [TODAY - timedelta(days=30), TODAY - timedelta(days=20)]
+    make_days(root / "warm", [*expired, TODAY - timedelta(days=1)])
+    ws, sink = committed_workspace(root, counter, io, "delete", None)
+    asyncio.run(sink.fanout.keeper.snapshot(ws, "written days ago"))  # type: ignore[union-attr]
+    asyncio.run(ws.write(lambda draft: draft.log("work", (), "today's work, not committed yet")))
+    before = _git_log(root)
+
+    result = asyncio.run(sweep.run(ws, dry_run=False))
+
+    assert result["removed"] == [day_name(d) for d in expired] and result["kept"] == []
+    # No "before retention" commit (HEAD held every day already): today's work is committed by the next snapshot.
+    assert _git_log(root) == before
+    for day in expired:
+        assert not (root / "warm" / day_name(day)).exists()
+        assert _git_show(root, "HEAD", f"warm/{day_name(day)}").startswith(b"# Activity Log")
+
+
+def test_a_sweep_of_a_day_changed_since_its_commit_commits_it_first_and_then_removes_it(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    root = tmp_path / "ws"
+    changed, unchanged = TODAY - timedelta(days=30), TODAY - timedelta(days=20)
+    make_days(root / "warm", [changed, unchanged, TODAY - timedelta(days=1)])
+    ws, sink = committed_workspace(root, counter, io, "delete", None)
+    asyncio.run(sink.fanout.keeper.snapshot(ws, "written days ago"))  # type: ignore[union-attr]
+    with (root / "warm" / day_name(changed)).open("a", encoding="utf-8") as f:
+        f.write("- a line another tool added since\n")
+    edited = (root / "warm" / day_name(changed)).read_bytes()
+
+    result = asyncio.run(sweep.run(ws, dry_run=False))
+
+    assert result["removed"] == [day_name(changed), day_name(unchanged)] and result["kept"] == []
+    assert _git_log(root, "-1")[0].startswith("memd: before retention")
+    assert _git_show(root, "HEAD", f"warm/{day_name(changed)}") == edited

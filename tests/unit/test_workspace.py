@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -658,7 +658,7 @@ class RecordingSink:
     def changed(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
         self.told.append((tiers, origin))
 
-    async def before_destructive(self, ws: Workspace, why: str) -> None:
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> None:
         return None
 
 

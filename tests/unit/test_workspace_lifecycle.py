@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import date
@@ -39,7 +40,7 @@ class RecordingSink:
     def changed(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
         self.changes.append((ws, tiers, origin))
 
-    async def before_destructive(self, ws: Workspace, why: str) -> None:
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> None:
         return None
 
 

@@ -10,7 +10,7 @@ import errno
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ class FailingSink:
         self.calls += 1
         raise RuntimeError("listener bug")
 
-    async def before_destructive(self, ws: Workspace, why: str) -> Held | None:
+    async def before_destructive(self, ws: Workspace, why: str, days: Sequence[str] = ()) -> Held | None:
         return None
 
 
