@@ -222,8 +222,237 @@ def test_a_peer_whose_credentials_cannot_be_read_is_refused_even_by_a_policy_tha
 
     assert len(lines) == 1 and closed, (lines, closed)
     assert lines[0]["error"]["code"] == ACCESS_DENIED
-    assert "could not read the peer's credentials" in lines[0]["error"]["message"]
+    assert lines[0]["error"]["message"] == (
+        "could not read the peer's credentials (SO_PEERCRED); refusing the connection"
+    )
     assert "result" not in lines[0]
     assert asked == [], "the policy must never be asked about a peer memd could not identify"
     assert stats["unidentified"] == 1
     assert stats["accepted"] == 0
+
+
+# --- admission: the connection cap, the policy, a reload that changes the policy -----------------------------------
+
+
+class Session:
+    """A real server on a real socket, and raw clients: what each client was sent, line by line, and whether memd
+    then closed the connection."""
+
+    def __init__(self, authorize: Callable[[Peer], bool], limits: Limits = LIMITS) -> None:
+        self.stand = Stand()
+        self.authorize = authorize
+        self.limits = limits
+
+    async def __aenter__(self) -> Session:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.path = str(Path(self._tmp.name) / "s.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        self.server = Server(self.stand.dispatch, self.authorize, self.limits, TASKLESS)
+        await self.server.start(listener)
+        self.clients: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for _, writer in self.clients:
+            writer.close()
+        self.server.stop_accepting()
+        await self.server.drain(1.0)
+        self._tmp.cleanup()
+
+    async def connect(self) -> int:
+        self.clients.append(await asyncio.open_unix_connection(self.path))
+        await asyncio.sleep(0.05)  # connection_made runs on memd's side (same loop)
+        return len(self.clients) - 1
+
+    async def ask(self, client: int, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Send one request and read one line (None: memd closed the connection without a line)."""
+        reader, writer = self.clients[client]
+        writer.write(json.dumps(request).encode() + b"\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 5)
+        return json.loads(line) if line else None
+
+    async def read_rest(self, client: int) -> tuple[list[dict[str, Any]], bool]:
+        """Lines memd sends without being asked, and whether it then closed the connection."""
+        reader, _ = self.clients[client]
+        lines: list[dict[str, Any]] = []
+        try:
+            while line := await asyncio.wait_for(reader.readline(), 2):
+                lines.append(json.loads(line))
+        except ConnectionResetError:
+            return lines, True
+        except TimeoutError:
+            return lines, False
+        return lines, True
+
+
+def refused(code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+def test_a_connection_over_the_cap_is_refused_busy_with_the_limit_named_and_counted() -> None:
+    from dataclasses import replace
+
+    from memd.errors import BUSY
+
+    async def go() -> None:
+        async with Session(lambda peer: True, replace(LIMITS, max_connections=2)) as s:
+            first, second = await s.connect(), await s.connect()
+            third, fourth = await s.connect(), await s.connect()
+
+            for over in (third, fourth):
+                assert await s.read_rest(over) == (
+                    [refused(BUSY, "too many connections (limit 2); retry shortly")],
+                    True,
+                )
+            assert (await s.ask(first, call("now", 1, n=1)) or {}).get("result") == {"n": 1}
+            assert (await s.ask(second, call("now", 2, n=2)) or {}).get("result") == {"n": 2}
+            assert len(s.server.connections) == 2
+            assert {k: s.server.stats[k] for k in ("accepted", "refused", "denied")} == {
+                "accepted": 2,
+                "refused": 2,
+                "denied": 0,
+            }
+
+    asyncio.run(go())
+
+
+def test_a_peer_the_policy_denies_is_refused_with_its_uid_logged_and_counted_and_never_dispatched(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import os
+
+    caplog.set_level("WARNING", logger="memd.server")
+    asked: list[Peer] = []
+
+    async def go() -> None:
+        async with Session(lambda peer: asked.append(peer) and False) as s:
+            for client in (await s.connect(), await s.connect()):
+                assert await s.read_rest(client) == (
+                    [refused(ACCESS_DENIED, f"uid {os.getuid()} is not allowed to use this memd socket")],
+                    True,
+                )
+            assert s.server.connections == set()
+            assert {k: s.server.stats[k] for k in ("accepted", "refused", "denied")} == {
+                "accepted": 0,
+                "refused": 0,
+                "denied": 2,
+            }
+            assert s.stand.turns == []
+
+    asyncio.run(go())
+    assert [(peer.uid, peer.gid, peer.pid) for peer in asked] == [(os.getuid(), os.getgid(), os.getpid())] * 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"denied connection from uid {os.getuid()} gid {os.getgid()} pid {os.getpid()}"
+    ] * 2
+
+
+def test_after_a_reload_each_open_connection_is_checked_once_before_its_next_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import os
+
+    caplog.set_level("WARNING", logger="memd.server")
+    allowed = {"now": True}
+    asked: list[int] = []
+
+    def authorize(peer: Peer) -> bool:
+        asked.append(peer.uid)
+        return allowed["now"]
+
+    async def go() -> None:
+        async with Session(authorize) as s:
+            kept, dropped = await s.connect(), await s.connect()
+            assert (await s.ask(kept, call("now", 1, n=1)) or {}).get("result") == {"n": 1}
+            assert len(asked) == 2  # once each, at admission
+
+            s.server.recheck_peers()  # a reload that still admits everyone
+            assert (await s.ask(kept, call("now", 2, n=2)) or {}).get("result") == {"n": 2}
+            assert (await s.ask(kept, call("now", 3, n=3)) or {}).get("result") == {"n": 3}
+            assert len(asked) == 3  # checked again once, before its first request after the reload
+
+            allowed["now"] = False
+            s.server.recheck_peers()  # a second reload, which denies this uid
+            dispatched = len(s.stand.turns)
+            message = f"uid {os.getuid()} is no longer allowed to use this memd socket (the config was reloaded)"
+            for client in (kept, dropped):  # admitted again at the first reload, and never checked since admission
+                assert await s.ask(client, call("now", 4, n=4)) == refused(ACCESS_DENIED, message)
+                assert await s.read_rest(client) == ([], True)
+
+            assert len(s.stand.turns) == dispatched, "a refused request must not reach a handler"
+            assert s.server.stats["denied"] == 2
+            assert [r.getMessage() for r in caplog.records] == [
+                f"uid {os.getuid()} is no longer allowed (config reloaded); closing its connection"
+            ] * 2
+
+    asyncio.run(go())
+
+
+def test_a_refusal_comes_after_the_answers_already_owed_and_nothing_after_it_is_read() -> None:
+    from dataclasses import replace
+
+    from memd.errors import REQUEST_TOO_LARGE
+
+    async def go() -> None:
+        async with Session(lambda peer: True, replace(LIMITS, max_request_bytes=200)) as s:
+            client = await s.connect()
+            _, writer = s.clients[client]
+            s.stand.release = asyncio.get_running_loop().create_future()
+            too_long = json.dumps(call("now", 2, pad="x" * 300)).encode()
+            writer.write(json.dumps(call("later", 1, n=1)).encode() + b"\n" + too_long + b"\n")
+            writer.write(json.dumps(call("now", 3, n=3)).encode() + b"\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)  # refused meanwhile, its answer to id 1 still owed: nothing more is read
+            writer.write(json.dumps(call("now", 4, n=4)).encode() + b"\n")
+            asyncio.get_running_loop().call_later(0.1, s.stand.release.set_result, "yes")
+
+            lines, closed = await s.read_rest(client)
+
+            assert lines == [
+                {"jsonrpc": "2.0", "id": 1, "result": {"released": "yes", "n": 1}},
+                refused(REQUEST_TOO_LARGE, "request line exceeds 200 bytes (server.max_request_bytes); closing"),
+            ]
+            assert closed
+            assert s.server.connections == set()
+
+    asyncio.run(go())
+
+
+def test_two_peers_whose_credentials_cannot_be_read_are_each_logged_with_the_reason_and_counted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import memd.server
+
+    caplog.set_level("WARNING", logger="memd.server")
+    failure = OSError(errno.EBADF, "Bad file descriptor")
+
+    def unreadable(sock: Any) -> Peer:
+        raise failure
+
+    monkeypatch.setattr(memd.server, "peer_of", unreadable)
+
+    async def go() -> None:
+        async with Session(lambda peer: True) as s:
+            for client in (await s.connect(), await s.connect()):
+                lines, closed = await s.read_rest(client)
+                assert closed and [line["error"]["code"] for line in lines] == [ACCESS_DENIED]
+            assert s.server.stats["unidentified"] == 2
+
+    asyncio.run(go())
+    assert [r.getMessage() for r in caplog.records] == [
+        f"refused a connection: could not read the peer's credentials: {failure!r}"
+    ] * 2
+
+
+def test_a_connection_that_never_sends_anything_is_closed_once_idle() -> None:
+    from dataclasses import replace
+
+    async def go() -> None:
+        async with Session(lambda peer: True, replace(LIMITS, idle_timeout=0.2)) as s:
+            silent = await s.connect()
+
+            assert await s.read_rest(silent) == ([], True)  # within the 2 s read_rest waits: the sweep closed it
+            assert s.server.connections == set()
+
+    asyncio.run(go())
