@@ -7,14 +7,9 @@ state directory (`core.worktree` pointing at the workspace), which never touches
 `.git` that exists is used only if it says `memd.managed = true`, or if the config says to adopt it (a `.git`
 that is a symlink or a file never is).
 
-What a snapshot holds, staged in two passes: (1) everything under the snapshot paths, the normal way (ignore rules
-respected, so editors' temporaries stay out; a file that vanishes while git looks at it is retried, never a failed
-snapshot), then (2) the tier files proper, listed here from what exists (no symlink followed) and added with
-`--force`, so neither the user's global excludes (`core.excludesFile`) nor a `.gitignore` in the workspace keeps
-one out of git. memd's own files (its `.memd-tmp-` temporaries, the workspace lock `.memd.lock`) are left out by
-exclude pathspecs on every `add`. A repository memd creates also gets `info/exclude` (those files and the common
-editor temporaries: a person's `git add -A` skips them too) and `info/attributes` that turn off end-of-line
-conversion and filters, so git stores each file's exact bytes.
+What a snapshot holds, and how it is staged: `memd.git_staging`. A repository memd creates gets `info/exclude`
+(memd's own files and the common editor temporaries: a person's `git add -A` skips them too) and
+`info/attributes` that turn off end-of-line conversion and filters, so git stores each file's exact bytes.
 
 The workspace directory is pinned (device, inode) when this object is made: every git command first checks that
 the path is still that directory, not a symlink or another directory swapped in, so nothing is ever `git init`-ed
@@ -35,7 +30,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,12 +72,11 @@ INFO_EXCLUDE = (
     + "\n".join(EDITOR_TEMPORARIES)
     + "\n"
 )
-# The tier files proper: added with `--force` whatever the ignore rules say (see `GitRepo.stage`).
+# The tier files proper: added with `--force` whatever the ignore rules say (`git_staging.stage`).
 HOT_FILES = ("hot/context.json", "hot/memd.json")
 TIER_FILES = (*HOT_FILES, "cold/MEMORY.md", "cold/PROPOSED.md")
 WARM_DIR, ARCHIVE_DIR = "warm", "warm/archive"
 DAY_FILE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
-ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it
 # Exact bytes in, exact bytes out: retention compares the committed blob with the file before it deletes.
 INFO_ATTRIBUTES = (
     "# written by memd: store every file exactly as it is\n* -text -filter -ident -working-tree-encoding\n"
@@ -187,9 +181,9 @@ class GitRepo:
         self.git = git
         self.paths = tuple(paths)
         self._root: tuple[int, int] | None = None  # (device, inode) of the workspace directory, pinned on first use
-        # Once HEAD is seen to exist, `stage` stops asking (one git process less per snapshot); a diff against a
+        # Once HEAD is seen to exist, `git_staging.stage` stops asking (one git process less per snapshot); a diff against a
         # HEAD that is gone again (the repository deleted and made again, the branch deleted) asks once more.
-        self._has_commits = False
+        self.has_commits = False
         self._made_here = False  # `ensure` made the repository (so HEAD's branch has no packed ref of git's making)
         # How many of memd's snapshots are waiting for a running git's index.lock right now (status shows it: a
         # person whose `git commit` editor is open sees why memd has not committed).
@@ -203,7 +197,7 @@ class GitRepo:
         """Choose where this workspace's snapshot repository lives (see the module docstring)."""
         _root_identity(work_tree)  # a symlinked or missing workspace gets no repository anywhere
         own = work_tree / ".git"
-        if _is_real_dir(own):
+        if is_real_dir(own):
             if adopt or _managed_marker(git, own) == "true":
                 return cls(work_tree, own, git, paths)
             return cls(work_tree, separate_dir, git, paths)
@@ -318,7 +312,7 @@ class GitRepo:
                 config.flush()
                 os.fsync(config.fileno())  # the mark must not be lost once the repository is in place
             self._write_own_rules(self.git_dir)
-            self._has_commits = False
+            self.has_commits = False
             self._made_here = True
             self.check_root()  # the last look before the repository appears in the workspace
             os.rename(self.git_dir, final)
@@ -364,7 +358,7 @@ class GitRepo:
         self.check_root()
         found = [self.git_dir / f"{name}.lock" for name in ("index", "HEAD", "ORIG_HEAD", "config", "packed-refs")]
         refs = self.git_dir / "refs"
-        if _is_real_dir(refs):
+        if is_real_dir(refs):
             found += [p for p in refs.rglob("*.lock") if p.is_file() and not p.is_symlink()]
         present = [p for p in found if p.is_file()]
         now = time.time()
@@ -406,113 +400,12 @@ class GitRepo:
             with self._waiters_lock:
                 self.lock_waiters -= 1
 
-    def stage(self, lock_wait: float = GIT_TIMEOUT, hold: Sequence[str] = ()) -> list[str]:
-        """Stage the snapshot paths but the files in `hold` (their index entries stay as they are). Returns the
-        files that differ from HEAD (deletions included); [] if none.
-
-        Two passes. (1) `git add --all --ignore-errors` of the snapshot paths, respecting ignore rules (editors'
-        temporaries stay out), recording changes and deletions; a file deleted while git looks at it (an editor's
-        temporary, typically) makes git stop or skip it: that add is run again, and if files keep vanishing this
-        pass is left to the next snapshot. Any other error fails. (2) The tier files that exist, listed here
-        without following a symlink, added with `--force`: no ignore rule decides what memd keeps, and this pass
-        must succeed. memd's own files are excluded by pathspec in both."""
-        self.check_safe()
-        self.wait_for_index_lock(lock_wait)
-        present = self._present()
-        if not present:
-            return []
-        held = tuple(f":(exclude,literal){path}" for path in hold)
-        self._add(self._present, ("--all", "--ignore-errors"), must_succeed=False, excluded=held)
-        self._add(self._tier_files, ("--force",), must_succeed=True, excluded=held)
-        excluded = (*OWN_FILES_PATHSPECS, *held)
-        diff = ("diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *excluded)
-        listing: bytes | None = None
-        if self._has_commits:
-            try:
-                listing = self.run(*diff)
-            except GitError:
-                if self._has_head():
-                    raise
-                self._has_commits = False  # HEAD gone meanwhile (the repository made again, the branch deleted)
-        elif self._has_head():
-            self._has_commits = True
-            listing = self.run(*diff)
-        if listing is None:  # no commit yet: everything staged is new
-            listing = self.run("ls-files", "-z", "--", *present, *excluded)
-        return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
-
-    def _has_head(self) -> bool:
+    def has_head(self) -> bool:
         if self._loose_head():
             return True
         if self._made_here and not (self.git_dir / "packed-refs").exists():
             return False  # made by `ensure`, and no ref written since, loose or packed: no process to ask
         return self.returncode("rev-parse", "--verify", "--quiet", "HEAD") == 0
-
-    def _present(self) -> list[str]:
-        return [p for p in self.paths if (self.work_tree / p).exists() or self._tracked(p)]
-
-    def _add(
-        self, pathspecs: Callable[[], list[str]], options: Sequence[str], must_succeed: bool, excluded: Sequence[str]
-    ) -> None:
-        """`git add` of `pathspecs()` (listed again before each try), tried again while the only trouble is files
-        that vanished as git looked at them. After ADD_ATTEMPTS of those: GitError if `must_succeed`, else done."""
-        stderr = ""
-        for _ in range(ADD_ATTEMPTS):
-            paths = pathspecs()
-            if not paths:
-                return
-            args = ("add", *options, "--", *paths, *OWN_FILES_PATHSPECS, *excluded)
-            out = self._exec(args, False, GIT_TIMEOUT, None, env=_C_LOCALE)  # git's messages are parsed below
-            if out.returncode == 0:
-                return
-            stderr = out.stderr.decode("utf-8", "surrogateescape")
-            vanished, other, ignored = _add_trouble(stderr, self.work_tree, self.paths)
-            if other or not (vanished or ignored):
-                message = "\n".join(other) or stderr.strip() or f"exit {out.returncode}"
-                raise GitError(f"git add failed in {self.git_dir}: {message}")
-            if not vanished:  # only the report of ignored snapshot paths: the rest is staged
-                return
-        if must_succeed:
-            raise GitError(f"git add failed in {self.git_dir} {ADD_ATTEMPTS} times, files vanishing: {stderr.strip()}")
-
-    def _tier_files(self) -> list[str]:
-        """The tier files that exist under the snapshot paths as regular files, reached without a symlink:
-        `:(literal)` pathspecs (an archive's name may hold a glob character)."""
-        found = [name for name in TIER_FILES if self._regular_file(name)]
-        for directory, match in (
-            (WARM_DIR, DAY_FILE.fullmatch),
-            (ARCHIVE_DIR, lambda name: name.endswith(".md.gz") and not name.startswith(".")),
-        ):
-            if not self._real_dir(directory):
-                continue
-            try:
-                with os.scandir(self.work_tree / directory) as entries:
-                    found += [
-                        f"{directory}/{e.name}" for e in entries if match(e.name) and e.is_file(follow_symlinks=False)
-                    ]
-            except OSError:  # gone, or not a directory any more: nothing of it to add
-                continue
-        wanted = [name for name in found if _under(name, self.paths)]
-        return [f":(literal){name}" for name in sorted(wanted)]
-
-    def _real_dir(self, relative: str) -> bool:
-        """Is every component of `relative` a directory, none a symlink?"""
-        parts = relative.split("/")
-        return all(_is_real_dir(self.work_tree.joinpath(*parts[: i + 1])) for i in range(len(parts)))
-
-    def _regular_file(self, relative: str) -> bool:
-        directory, _, _ = relative.rpartition("/")
-        if directory and not self._real_dir(directory):
-            return False
-        try:
-            return stat.S_ISREG(os.lstat(self.work_tree / relative).st_mode)
-        except OSError:
-            return False
-
-    def _tracked(self, path: str) -> bool:
-        if not (self.git_dir / "HEAD").exists():
-            return False
-        return bool(self.run("ls-files", "--", path, check=False).strip())
 
     def commit(self, paths: Sequence[str], subject: str, body: str, trailers: Mapping[str, str]) -> str:
         """Commit exactly the files `stage` listed (`--only`: anything else someone staged in an adopted
@@ -534,7 +427,7 @@ class GitRepo:
             *paths,
             input=message,
         )
-        self._has_commits = True
+        self.has_commits = True
         return self._loose_head() or self.head()
 
     def head(self) -> str:
@@ -544,7 +437,7 @@ class GitRepo:
         """HEAD's commit, or "" when the repository has none yet."""
         if rev := self._loose_head():
             return rev
-        if not self._has_head():
+        if not self.has_head():
             return ""
         out = self._exec(("rev-parse", "--verify", "--quiet", "HEAD^{commit}"), False, GIT_TIMEOUT, None)
         return out.stdout.decode().strip() if out.returncode == 0 else ""
@@ -675,44 +568,7 @@ _MOVED_MEANWHILE = (
 )
 
 
-# `git add` messages, in the C locale: a file deleted between git's directory scan and its lstat/open/readlink.
-_C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
-_GONE = re.compile(r"""(?:error|fatal): [^'"]*(['"])(?P<path>.*)\1\)?: (?:No such file or directory|Not a directory)""")
-_UNINDEXED = re.compile(r"error: unable to index file '(?P<path>.*)'")
-_NO_MATCH = re.compile(r"fatal: pathspec '(?:[:][(]literal[)])?(?P<path>.*)' did not match any files")
-_IGNORED_REPORT = "The following paths are ignored by one of your .gitignore files:"
-_CONSEQUENCES = ("fatal: adding files failed", "fatal: updating files failed")
-
-
-def _add_trouble(stderr: str, work_tree: Path, scope: Sequence[str]) -> tuple[list[str], list[str], bool]:
-    """Sort what a failed `git add` said: (the paths under `scope` that vanished while git looked at them, every
-    other error line, whether it reported ignored paths). Hints, warnings, the paths the report lists and the
-    "adding files failed" that follows an error are none of them."""
-
-    vanished: list[str] = []
-    unindexed: list[str] = []
-    other: list[str] = []
-    ignored = in_report = False
-    for line in stderr.splitlines():
-        if not line.strip() or line.startswith(("hint: ", "warning: ")) or line in _CONSEQUENCES:
-            continue
-        if line == _IGNORED_REPORT:
-            ignored = in_report = True
-            continue
-        if in_report and not line.startswith(("error: ", "fatal: ")):
-            continue  # a path the report lists
-        in_report = False
-        gone, no_match = _GONE.fullmatch(line), _NO_MATCH.fullmatch(line)
-        if gone and _under(gone["path"], scope):
-            vanished.append(gone["path"])
-        elif no_match and _under(no_match["path"], scope) and not os.path.lexists(work_tree / no_match["path"]):
-            vanished.append(no_match["path"])
-        elif unindexable := _UNINDEXED.fullmatch(line):
-            unindexed.append(unindexable["path"])  # follows the reason: an error only if that was not vanishing
-        else:
-            other.append(line)
-    other += [f"error: unable to index file '{path}'" for path in unindexed if path not in vanished]
-    return vanished, other, ignored
+_C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}  # git's messages, for the callers that read them
 
 
 def _config_value(value: str) -> str:
@@ -720,10 +576,6 @@ def _config_value(value: str) -> str:
     and newline escaped (git-config(1), "Syntax")."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
-
-
-def _under(path: str, paths: Sequence[str]) -> bool:
-    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
 
 
 def _managed_marker(git: str, git_dir: Path) -> str:
@@ -759,7 +611,7 @@ def _root_identity(work_tree: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _is_real_dir(path: Path) -> bool:
+def is_real_dir(path: Path) -> bool:
     """A directory, not a symlink to one."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)

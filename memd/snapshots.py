@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from memd import fsio
+from memd import fsio, git_staging
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
 from memd.errors import InvalidParams, MemdError, StorageError, Unavailable
@@ -579,4 +579,4 @@ def _stage(repo: GitRepo, state: RepoState, whole: bool) -> list[str]:
             hold.append(path)
         else:  # changed here (or committed whole now): from here on it is committed as usual
             del state.hot_kept[path]
-    return repo.stage(UNDER_WRITER_LOCK_WAIT, hold)
+    return git_staging.stage(repo, UNDER_WRITER_LOCK_WAIT, hold)

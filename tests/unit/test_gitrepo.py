@@ -22,6 +22,7 @@ from harness import person_env
 
 from memd import gitsync, retention
 from memd.errors import NotFound
+from memd.git_staging import stage
 from memd.gitrepo import GitError, GitRepo, RepoUnsafe, find_git
 
 PATHS = ("hot", "warm", "cold")
@@ -70,7 +71,7 @@ def repo(tmp_path: Path) -> GitRepo:
 
 
 def snapshot(r: GitRepo, reason: str = "writes", **trailers: str) -> str:
-    paths = r.stage()
+    paths = stage(r)
     assert paths, "expected something to commit"
     return r.commit(paths, f"memd: {reason}", "Task: t", {"Memd-Reason": reason, **trailers})
 
@@ -196,15 +197,15 @@ def test_ensure_never_creates_a_missing_workspace_for_a_separate_git_dir(tmp_pat
 
 
 def test_an_empty_workspace_has_nothing_to_commit(repo: GitRepo) -> None:
-    assert repo.stage() == []
+    assert stage(repo) == []
 
 
 def test_nothing_changed_means_nothing_staged(repo: GitRepo) -> None:
     write(repo.work_tree / "hot" / "context.json", "{}\n")
     snapshot(repo)
 
-    assert repo.stage() == []
-    assert repo.stage() == []
+    assert stage(repo) == []
+    assert stage(repo) == []
 
 
 def test_a_change_a_new_file_and_a_deletion_are_each_staged(repo: GitRepo) -> None:
@@ -214,17 +215,17 @@ def test_a_change_a_new_file_and_a_deletion_are_each_staged(repo: GitRepo) -> No
     snapshot(repo)
 
     write(hot, '{"task": "x"}\n')
-    paths = repo.stage()
+    paths = stage(repo)
     assert paths
     repo.commit(paths, "c", "", {})
 
     write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
-    paths = repo.stage()
+    paths = stage(repo)
     assert paths
     repo.commit(paths, "c", "", {})
 
     shutil.rmtree(repo.work_tree / "warm")
-    paths = repo.stage()
+    paths = stage(repo)
     assert paths
     repo.commit(paths, "c", "", {})
     assert repo.files_at("HEAD", ["warm"]) == {}
@@ -237,13 +238,13 @@ def test_a_held_file_is_neither_staged_nor_committed_and_the_rest_is(repo: GitRe
 
     write(hot, '{"session_id": "this machine"}\n')
     write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
-    paths = repo.stage(hold=["hot/context.json"])
+    paths = stage(repo, hold=["hot/context.json"])
     assert paths == ["warm/2026-01-01.md"]
     repo.commit(paths, "c", "", {})
 
     assert repo.show("HEAD", "hot/context.json") == b'{"session_id": "other machine"}\n'
-    assert repo.stage(hold=["hot/context.json"]) == []
-    assert repo.stage() == ["hot/context.json"]  # no longer held: committed as usual
+    assert stage(repo, hold=["hot/context.json"]) == []
+    assert stage(repo) == ["hot/context.json"]  # no longer held: committed as usual
 
 
 def test_only_the_snapshot_paths_and_no_temp_files_are_committed(repo: GitRepo) -> None:
@@ -315,7 +316,7 @@ def test_an_editor_file_that_vanishes_while_git_stages_does_not_fail_the_snapsho
     write(repo.work_tree / "hot" / ".context.json.person-3", "a person's half-saved context\n")
     write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
 
-    paths = repo.stage()
+    paths = stage(repo)
 
     assert sorted(paths) == ["cold/MEMORY.md", "hot/context.json"]
     repo.commit(paths, "c", "", {})
@@ -351,7 +352,7 @@ def test_whatever_way_git_reports_a_vanished_file_the_snapshot_goes_on(
 
     with monkeypatch.context() as m:
         m.setattr(subprocess, "run", run)
-        paths = repo.stage()
+        paths = stage(repo)
 
     assert sorted(paths) == ["hot/context.json", "hot/notes.txt"]
 
@@ -369,7 +370,7 @@ def test_any_other_git_add_error_still_fails_the_snapshot(repo: GitRepo, monkeyp
 
     with monkeypatch.context() as m, pytest.raises(GitError, match="Permission denied"):
         m.setattr(subprocess, "run", run)
-        repo.stage()
+        stage(repo)
 
 
 def test_a_failing_filter_on_a_file_that_is_still_there_fails_the_snapshot(repo: GitRepo) -> None:
@@ -381,7 +382,7 @@ def test_a_failing_filter_on_a_file_that_is_still_there_fails_the_snapshot(repo:
         f.write("hot/notes.txt filter=broken\n")
 
     with pytest.raises(GitError):
-        repo.stage()
+        stage(repo)
 
 
 EDITOR_TEMPS = (
@@ -434,7 +435,7 @@ def test_people_can_ignore_their_own_editor_files_and_tier_files_still_go_in(
     # Deletions of tracked tier files are still recorded, ignored or not.
     (repo.work_tree / "warm" / "2026-01-01.md").unlink()
     (repo.work_tree / "cold" / "PROPOSED.md").unlink()
-    assert sorted(repo.stage()) == ["cold/PROPOSED.md", "warm/2026-01-01.md"]
+    assert sorted(stage(repo)) == ["cold/PROPOSED.md", "warm/2026-01-01.md"]
 
 
 def test_tier_files_are_never_followed_through_a_symlink(repo: GitRepo, tmp_path: Path) -> None:
@@ -503,13 +504,13 @@ def test_a_branch_a_person_deleted_after_memds_commits_starts_afresh_at_the_next
     person_git(repo.work_tree, "update-ref", "-d", branch)  # HEAD names a branch that no longer exists
     write(repo.work_tree / "warm" / "2026-01-01.md", "two\n")
 
-    paths = repo.stage()
+    paths = stage(repo)
     repo.commit(paths, "memd: after the reset", "", {})
 
     assert "warm/2026-01-01.md" in paths
     assert repo.show("HEAD", "warm/2026-01-01.md") == b"two\n"
     write(repo.work_tree / "warm" / "2026-01-01.md", "three\n")
-    assert repo.stage() == ["warm/2026-01-01.md"]  # a diff against the new HEAD again
+    assert stage(repo) == ["warm/2026-01-01.md"]  # a diff against the new HEAD again
 
 
 def test_a_repository_made_by_an_older_memd_gets_memds_rules_added_not_replaced(repo: GitRepo) -> None:
@@ -558,7 +559,7 @@ def test_a_workspace_swapped_after_locating_is_never_initialised_or_committed_th
     with pytest.raises(GitError, match="symlink" if swap == "symlink" else "no longer the directory"):
         r.ensure("main")
     with pytest.raises(GitError):
-        r.stage()
+        stage(r)
 
     assert not (elsewhere / ".git").exists() and not (ws / ".git").exists()
 
@@ -584,7 +585,7 @@ def test_a_deleted_repository_is_gone_and_ensure_makes_a_new_one(repo: GitRepo) 
     assert repo.gone()
     repo.ensure("main")
     assert not repo.gone()
-    assert repo.stage() == ["hot/context.json"]
+    assert stage(repo) == ["hot/context.json"]
 
 
 def test_trailers_parse_back_through_log(repo: GitRepo) -> None:
@@ -667,7 +668,7 @@ def test_a_merge_or_rebase_in_progress_is_refused(repo: GitRepo, marker: str) ->
     with pytest.raises(RepoUnsafe, match=marker):
         repo.check_safe()
     with pytest.raises(RepoUnsafe):
-        repo.stage()
+        stage(repo)
 
     assert person_git(repo.work_tree, "diff", "--cached", "--name-only") == ""  # nothing was staged
 
@@ -679,7 +680,7 @@ def test_a_stale_index_lock_is_removed(repo: GitRepo) -> None:
     os.utime(lock, (old, old))
     write(repo.work_tree / "hot" / "context.json", "{}\n")
 
-    assert repo.stage()
+    assert stage(repo)
 
     assert not lock.exists()
 
@@ -746,7 +747,7 @@ def test_push_to_a_missing_remote_is_an_error(repo: GitRepo, tmp_path: Path) -> 
 
 def test_ref_locks_left_by_a_killed_git_are_cleared_at_start_and_once_stale(tmp_path: Path, repo: GitRepo) -> None:
     write(repo.work_tree / "hot" / "context.json", "{}\n")
-    repo.commit(repo.stage(), "first", "", {})
+    repo.commit(stage(repo), "first", "", {})
     head_lock = repo.git_dir / "HEAD.lock"
     branch_lock = repo.git_dir / "refs" / "heads" / "main.lock"
     for lock in (head_lock, branch_lock):
@@ -761,14 +762,14 @@ def test_ref_locks_left_by_a_killed_git_are_cleared_at_start_and_once_stale(tmp_
     again.ensure("main", started_at=time.time())  # a daemon starting: a lock from before it, with no git running,
     assert not branch_lock.exists()  # was left by a git killed with the previous daemon
     write(repo.work_tree / "hot" / "context.json", '{"a": 1}\n')
-    assert again.commit(again.stage(), "after the kill", "", {})
+    assert again.commit(stage(again), "after the kill", "", {})
 
 
 def test_a_repository_first_opened_long_after_the_start_leaves_a_fresh_lock_to_the_git_holding_it(
     tmp_path: Path, repo: GitRepo
 ) -> None:
     write(repo.work_tree / "hot" / "context.json", "{}\n")
-    repo.commit(repo.stage(), "first", "", {})
+    repo.commit(stage(repo), "first", "", {})
     branch_lock = repo.git_dir / "refs" / "heads" / "main.lock"
     branch_lock.write_text("")  # a git of another user, working right now (memd may not see its process)
     again = locate(repo.work_tree, tmp_path / "state")
@@ -812,7 +813,7 @@ def test_a_commit_returns_its_own_id_however_the_repository_keeps_its_refs(repo:
         person_git(repo.work_tree, f"--git-dir={repo.git_dir}", "checkout", "--quiet", "--detach", first)
 
     write(repo.work_tree / "hot" / "context.json", '{"task": "x"}\n')
-    rev = repo.commit(repo.stage(), "c", "", {})
+    rev = repo.commit(stage(repo), "c", "", {})
 
     assert rev == person_git(repo.work_tree, f"--git-dir={repo.git_dir}", "rev-parse", "HEAD").strip()
     assert rev != first
@@ -851,6 +852,6 @@ def test_a_new_repository_whose_branch_another_git_moved_stages_only_what_differ
     if refs == "packed":
         person_git(repo.work_tree, *git, "pack-refs", "--all")
 
-    assert repo.stage() == []
+    assert stage(repo) == []
     write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
-    assert repo.stage() == ["cold/MEMORY.md"]
+    assert stage(repo) == ["cold/MEMORY.md"]

@@ -23,6 +23,7 @@ from memd.checkpoint import Checkpointer
 from memd.checkpoint_plan import entry_key
 from memd.config import CheckpointConfig, SnapshotConfig, WorkspaceConfig
 from memd.errors import CorruptFile
+from memd.git_staging import stage
 from memd.gitrepo import GitRepo, find_git
 from memd.snapshots import Snapshotter
 from memd.summarizer import ExtractiveSummarizer
@@ -296,7 +297,7 @@ def test_a_checkpoint_recorded_before_the_split_is_shown_and_undone_from_its_sin
     ws = make_workspace(LEGACY)
     repo = GitRepo.locate(ws.root, tmp_path / "unused.git", find_git(), ["hot", "warm", "cold"], adopt=False)
     repo.ensure("main")
-    pre = repo.commit(repo.stage(), "memd: before checkpoint", "", {})
+    pre = repo.commit(stage(repo), "memd: before checkpoint", "", {})
     compressed = [entry_key(n) for n in NOTES[:4]]
     after = {
         **LEGACY,
@@ -313,7 +314,7 @@ def test_a_checkpoint_recorded_before_the_split_is_shown_and_undone_from_its_sin
         ],
     }
     context_file(ws.root).write_text(json.dumps(after, indent=2), encoding="utf-8")
-    post = repo.commit(repo.stage(), "memd: after checkpoint", "", {})
+    post = repo.commit(stage(repo), "memd: after checkpoint", "", {})
     after["checkpoints"][0]["post_commit"] = post
     context_file(ws.root).write_text(json.dumps(after, indent=2), encoding="utf-8")
     ws.refresh()

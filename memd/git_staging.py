@@ -1,0 +1,187 @@
+"""What a snapshot commits: staging a workspace's snapshot paths in its repository (`stage`). Blocking: run it in
+a worker thread.
+
+Two passes: (1) everything under the snapshot paths, the normal way (ignore rules respected, so editors'
+temporaries stay out; a file that vanishes while git looks at it is retried, never a failed snapshot), then (2)
+the tier files proper, listed here from what exists (no symlink followed) and added with `--force`, so neither
+the user's global excludes (`core.excludesFile`) nor a `.gitignore` in the workspace keeps one out of git. memd's
+own files (its `.memd-tmp-` temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on
+every `add`. Imports memd.gitrepo.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from memd.gitrepo import (
+    ARCHIVE_DIR,
+    DAY_FILE,
+    GIT_TIMEOUT,
+    OWN_FILES_PATHSPECS,
+    TIER_FILES,
+    WARM_DIR,
+    GitError,
+    GitRepo,
+    is_real_dir,
+)
+
+ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it
+
+
+def stage(repo: GitRepo, lock_wait: float = GIT_TIMEOUT, hold: Sequence[str] = ()) -> list[str]:
+    """Stage the snapshot paths but the files in `hold` (their index entries stay as they are). Returns the
+    files that differ from HEAD (deletions included); [] if none.
+
+    Two passes. (1) `git add --all --ignore-errors` of the snapshot paths, respecting ignore rules (editors'
+    temporaries stay out), recording changes and deletions; a file deleted while git looks at it (an editor's
+    temporary, typically) makes git stop or skip it: that add is run again, and if files keep vanishing this
+    pass is left to the next snapshot. Any other error fails. (2) The tier files that exist, listed here
+    without following a symlink, added with `--force`: no ignore rule decides what memd keeps, and this pass
+    must succeed. memd's own files are excluded by pathspec in both."""
+    repo.check_safe()
+    repo.wait_for_index_lock(lock_wait)
+    present = _present(repo)
+    if not present:
+        return []
+    held = tuple(f":(exclude,literal){path}" for path in hold)
+    _add(repo, lambda: _present(repo), ("--all", "--ignore-errors"), must_succeed=False, excluded=held)
+    _add(repo, lambda: _tier_files(repo), ("--force",), must_succeed=True, excluded=held)
+    excluded = (*OWN_FILES_PATHSPECS, *held)
+    diff = ("diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *excluded)
+    listing: bytes | None = None
+    if repo.has_commits:
+        try:
+            listing = repo.run(*diff)
+        except GitError:
+            if repo.has_head():
+                raise
+            repo.has_commits = False  # HEAD gone meanwhile (the repository made again, the branch deleted)
+    elif repo.has_head():
+        repo.has_commits = True
+        listing = repo.run(*diff)
+    if listing is None:  # no commit yet: everything staged is new
+        listing = repo.run("ls-files", "-z", "--", *present, *excluded)
+    return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
+
+
+def _present(repo: GitRepo) -> list[str]:
+    return [p for p in repo.paths if (repo.work_tree / p).exists() or _tracked(repo, p)]
+
+
+def _add(
+    repo: GitRepo,
+    pathspecs: Callable[[], list[str]],
+    options: Sequence[str],
+    must_succeed: bool,
+    excluded: Sequence[str],
+) -> None:
+    """`git add` of `pathspecs()` (listed again before each try), tried again while the only trouble is files
+    that vanished as git looked at them. After ADD_ATTEMPTS of those: GitError if `must_succeed`, else done."""
+    stderr = ""
+    for _ in range(ADD_ATTEMPTS):
+        paths = pathspecs()
+        if not paths:
+            return
+        args = ("add", *options, "--", *paths, *OWN_FILES_PATHSPECS, *excluded)
+        out = repo.attempt(*args)  # in the C locale: git's messages are parsed below
+        if out.returncode == 0:
+            return
+        stderr = out.stderr.decode("utf-8", "surrogateescape")
+        vanished, other, ignored = _add_trouble(stderr, repo.work_tree, repo.paths)
+        if other or not (vanished or ignored):
+            message = "\n".join(other) or stderr.strip() or f"exit {out.returncode}"
+            raise GitError(f"git add failed in {repo.git_dir}: {message}")
+        if not vanished:  # only the report of ignored snapshot paths: the rest is staged
+            return
+    if must_succeed:
+        raise GitError(f"git add failed in {repo.git_dir} {ADD_ATTEMPTS} times, files vanishing: {stderr.strip()}")
+
+
+def _tier_files(repo: GitRepo) -> list[str]:
+    """The tier files that exist under the snapshot paths as regular files, reached without a symlink:
+    `:(literal)` pathspecs (an archive's name may hold a glob character)."""
+    found = [name for name in TIER_FILES if _regular_file(repo, name)]
+    for directory, match in (
+        (WARM_DIR, DAY_FILE.fullmatch),
+        (ARCHIVE_DIR, lambda name: name.endswith(".md.gz") and not name.startswith(".")),
+    ):
+        if not _real_dir(repo, directory):
+            continue
+        try:
+            with os.scandir(repo.work_tree / directory) as entries:
+                found += [
+                    f"{directory}/{e.name}" for e in entries if match(e.name) and e.is_file(follow_symlinks=False)
+                ]
+        except OSError:  # gone, or not a directory any more: nothing of it to add
+            continue
+    wanted = [name for name in found if _under(name, repo.paths)]
+    return [f":(literal){name}" for name in sorted(wanted)]
+
+
+def _real_dir(repo: GitRepo, relative: str) -> bool:
+    """Is every component of `relative` a directory, none a symlink?"""
+    parts = relative.split("/")
+    return all(is_real_dir(repo.work_tree.joinpath(*parts[: i + 1])) for i in range(len(parts)))
+
+
+def _regular_file(repo: GitRepo, relative: str) -> bool:
+    directory, _, _ = relative.rpartition("/")
+    if directory and not _real_dir(repo, directory):
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(repo.work_tree / relative).st_mode)
+    except OSError:
+        return False
+
+
+def _tracked(repo: GitRepo, path: str) -> bool:
+    if not (repo.git_dir / "HEAD").exists():
+        return False
+    return bool(repo.run("ls-files", "--", path, check=False).strip())
+
+
+# `git add` messages, in the C locale: a file deleted between git's directory scan and its lstat/open/readlink.
+_GONE = re.compile(r"""(?:error|fatal): [^'"]*(['"])(?P<path>.*)\1\)?: (?:No such file or directory|Not a directory)""")
+_UNINDEXED = re.compile(r"error: unable to index file '(?P<path>.*)'")
+_NO_MATCH = re.compile(r"fatal: pathspec '(?:[:][(]literal[)])?(?P<path>.*)' did not match any files")
+_IGNORED_REPORT = "The following paths are ignored by one of your .gitignore files:"
+_CONSEQUENCES = ("fatal: adding files failed", "fatal: updating files failed")
+
+
+def _add_trouble(stderr: str, work_tree: Path, scope: Sequence[str]) -> tuple[list[str], list[str], bool]:
+    """Sort what a failed `git add` said: (the paths under `scope` that vanished while git looked at them, every
+    other error line, whether it reported ignored paths). Hints, warnings, the paths the report lists and the
+    "adding files failed" that follows an error are none of them."""
+
+    vanished: list[str] = []
+    unindexed: list[str] = []
+    other: list[str] = []
+    ignored = in_report = False
+    for line in stderr.splitlines():
+        if not line.strip() or line.startswith(("hint: ", "warning: ")) or line in _CONSEQUENCES:
+            continue
+        if line == _IGNORED_REPORT:
+            ignored = in_report = True
+            continue
+        if in_report and not line.startswith(("error: ", "fatal: ")):
+            continue  # a path the report lists
+        in_report = False
+        gone, no_match = _GONE.fullmatch(line), _NO_MATCH.fullmatch(line)
+        if gone and _under(gone["path"], scope):
+            vanished.append(gone["path"])
+        elif no_match and _under(no_match["path"], scope) and not os.path.lexists(work_tree / no_match["path"]):
+            vanished.append(no_match["path"])
+        elif unindexable := _UNINDEXED.fullmatch(line):
+            unindexed.append(unindexable["path"])  # follows the reason: an error only if that was not vanishing
+        else:
+            other.append(line)
+    other += [f"error: unable to index file '{path}'" for path in unindexed if path not in vanished]
+    return vanished, other, ignored
+
+
+def _under(path: str, paths: Sequence[str]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
