@@ -181,8 +181,8 @@ class GitRepo:
         self.git = git
         self.paths = tuple(paths)
         self._root: tuple[int, int] | None = None  # (device, inode) of the workspace directory, pinned on first use
-        # Once HEAD is seen to exist, `git_staging.stage` stops asking (one git process less per snapshot); a diff against a
-        # HEAD that is gone again (the repository deleted and made again, the branch deleted) asks once more.
+        # Once HEAD is seen to exist, `git_staging.stage` stops asking (one git process less per snapshot); a diff
+        # against a HEAD that is gone again (the repository deleted and made again, the branch deleted) asks again.
         self.has_commits = False
         self._made_here = False  # `ensure` made the repository (so HEAD's branch has no packed ref of git's making)
         # How many of memd's snapshots are waiting for a running git's index.lock right now (status shows it: a

@@ -173,14 +173,15 @@ class Snapshotter:
 
     async def _held_at_head(self, ws: Workspace, state: RepoState, days: Sequence[str]) -> Held | None:
         """What HEAD holds of `warm/`, when it holds each of `days` exactly as the file is now; else None (the
-        caller commits first). Nothing that goes wrong here is an error: the caller's commit finds and records it."""
+        caller commits first). Nothing that goes wrong here is an error: the caller's commit finds it again, records
+        it in status and refuses the sweep with it (git missing, a merge in progress, a swapped directory, ...)."""
         try:
             ws.check_identity()
             repo = await self._repo(ws, state)
             return await asyncio.get_running_loop().run_in_executor(
                 self._io, _held_at_head, repo, ws.warm.directory, days
             )
-        except (GitError, StorageError, OSError):
+        except (MemdError, OSError):
             return None
 
     async def flush(self, reason: str) -> int:

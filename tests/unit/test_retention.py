@@ -1027,3 +1027,23 @@ def test_a_sweep_of_a_day_changed_since_its_commit_commits_it_first_and_then_rem
     assert result["removed"] == [day_name(changed), day_name(unchanged)] and result["kept"] == []
     assert _git_log(root, "-1")[0].startswith("memd: before retention")
     assert _git_show(root, "HEAD", f"warm/{day_name(changed)}") == edited
+
+
+def test_a_sweep_of_days_git_holds_is_still_refused_while_a_merge_is_in_progress(
+    tmp_path: Path, counter: TokenCounter, io: ThreadPoolExecutor
+) -> None:
+    from memd.errors import Unavailable
+
+    root = tmp_path / "ws"
+    expired = TODAY - timedelta(days=30)
+    make_days(root / "warm", [expired, TODAY - timedelta(days=1)])
+    ws, sink = committed_workspace(root, counter, io, "delete", None)
+    keeper = sink.fanout.keeper
+    asyncio.run(keeper.snapshot(ws, "written days ago"))  # type: ignore[union-attr]
+    git_dir = keeper.repo_state(ws).repo.git_dir  # type: ignore[union-attr]
+    (git_dir / "MERGE_HEAD").write_text(_git_log(root, "-1", "--format=%H")[0] + "\n")  # a person's merge, unfinished
+
+    with pytest.raises(Unavailable, match="repo-unsafe: MERGE_HEAD"):
+        asyncio.run(sweep.run(ws, dry_run=False))
+
+    assert (root / "warm" / day_name(expired)).exists()
