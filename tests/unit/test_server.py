@@ -260,9 +260,18 @@ class Session:
         await self.server.drain(1.0)
         self._tmp.cleanup()
 
+    def handled(self) -> int:
+        stats = self.server.stats
+        return sum(stats[k] for k in ("accepted", "refused", "denied", "unidentified"))
+
     async def connect(self) -> int:
+        """Connect, and wait until memd's side (on this loop) has admitted or refused the connection."""
+        before = self.handled()
         self.clients.append(await asyncio.open_unix_connection(self.path))
-        await asyncio.sleep(0.05)  # connection_made runs on memd's side (same loop)
+        deadline = asyncio.get_running_loop().time() + 5
+        while self.handled() == before:
+            assert asyncio.get_running_loop().time() < deadline, "memd never took the connection"
+            await asyncio.sleep(0.001)
         return len(self.clients) - 1
 
     async def ask(self, client: int, request: dict[str, Any]) -> dict[str, Any] | None:
