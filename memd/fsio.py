@@ -68,6 +68,11 @@ class Fingerprint:
         return cls(st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+def matches(fp: Fingerprint | None, st: os.stat_result) -> bool:
+    """Is `st` the file `fp` was taken of, unchanged? (Compared field by field: no Fingerprint is made.)"""
+    return fp is not None and fp.size == st.st_size and fp.mtime_ns == st.st_mtime_ns and fp.ino == st.st_ino
+
+
 def fingerprint(path: Path) -> Fingerprint | None:
     """The file's fingerprint, or None when it does not exist (a symlink is reported as itself)."""
     try:

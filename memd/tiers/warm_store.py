@@ -39,6 +39,7 @@ from memd.tokens import TokenCounter
 INLINE_PARSE_BYTES = 16 * 1024  # parsed on the loop (about a millisecond); more goes to a worker thread
 PARSED_MAX_BYTES = 16 * MIB  # day-file bytes whose parsed entries a workspace keeps (about 4x that in memory)
 PIECES_MAX = 4096  # entries whose rendered text and token count a workspace keeps
+DAY_NAMES_CACHED = 4096  # warm/ file names whose parse a workspace keeps (emptied whole when full)
 # A day's newest entries kept parsed (about 300 KiB of a day file, ~1.5 MB in memory; a context payload's warm
 # budget holds a few hundred at most, a `warm.recent` page 100)...
 DAY_WINDOW = 2048
@@ -146,6 +147,7 @@ class WarmStore:
         self._loading: dict[date, tuple[_Job, asyncio.Future[_Result]]] = {}  # a worker parses this day for `load`
         self.version = 0  # bumped on every change, so derived figures (usage) can be cached
         self._last_path: tuple[date | None, Path] = (None, directory)
+        self._day_names: dict[str, date | None] = {}  # file name -> its day (None: not a day file)
         # How to read a day file whose heading names no time zone: by memd's older escaping rule (a file memd wrote
         # before the zone was added), or as written (True: the workspace was adopted with day files, which other
         # tools, such as agents written after the article, write as text is).
@@ -158,55 +160,61 @@ class WarmStore:
     def scan(self, skip: date | None = None) -> bool:
         """Sync the day list with the directory (stat only; unchanged files are not read). True if anything changed.
         `skip`: a day whose file memd is appending to right now, left as it is known."""
-        seen: dict[date, fsio.Fingerprint] = {}
-        try:
-            with os.scandir(self.directory) as it:
-                for entry in it:
-                    day = warm_format.parse_day_filename(entry.name)
-                    if day is None:
-                        continue
-                    st = entry.stat(follow_symlinks=False)
-                    if stat.S_ISREG(st.st_mode):  # symlinks and other oddities are never ours to read or write
-                        seen[day] = fsio.Fingerprint.of_stat(st)
-        except FileNotFoundError:
-            pass
-        changed = False
+        seen = self._listing()
+        # Every read scans (an outside edit is seen at once, watcher or not), so the common case, nothing changed,
+        # compares stat fields and allocates nothing.
+        known_days = self.days
+        gone = [day for day in known_days if day not in seen and day != skip]
+        moved = [
+            (day, st)
+            for day, st in seen.items()
+            if day != skip and not fsio.matches(known_days[day].fingerprint if day in known_days else None, st)
+        ]
+        if not gone and not moved:
+            return False
         # A new dict swapped in whole: a scan may run in a worker thread (adoption) while the loop iterates `days`.
-        days = dict(self.days)
-        for day in list(days):
-            if day not in seen and day != skip:
-                del days[day]
-                self.errors.pop(day, None)
-                changed = True
-        for day, fp in seen.items():
-            if day == skip:
-                continue
+        days = dict(known_days)
+        for day in gone:
+            del days[day]
+            self.errors.pop(day, None)
+        for day, st in moved:
+            fp = fsio.Fingerprint.of_stat(st)
             known = days.get(day)
             if known is None:
                 days[day] = DayFile(fp)
-                changed = True
-            elif known.fingerprint != fp:
+            else:
                 self._adopt_change(day, known, fp)
-                changed = True
-        if changed:
-            self.days = days
-            self.version += 1
-        return changed
+        self.days = days
+        self.version += 1
+        return True
 
     def looks_changed(self) -> bool:
         """Would `scan` find anything new? Stat only, no reads, no change to what is known."""
-        seen: dict[date, fsio.Fingerprint] = {}
+        seen, days = self._listing(), self.days
+        return seen.keys() != days.keys() or any(not fsio.matches(days[d].fingerprint, st) for d, st in seen.items())
+
+    def _listing(self) -> dict[date, os.stat_result]:
+        """The stat of each day file (regular files only; symlinks and other oddities are never ours to read or
+        write), by day: one scandir, one lstat per day file. Names are parsed once (`_day_names`)."""
+        names, seen = self._day_names, {}
         try:
             with os.scandir(self.directory) as it:
                 for entry in it:
-                    day = warm_format.parse_day_filename(entry.name)
-                    if day is not None:
-                        st = entry.stat(follow_symlinks=False)
-                        if stat.S_ISREG(st.st_mode):
-                            seen[day] = fsio.Fingerprint.of_stat(st)
+                    name = entry.name
+                    try:
+                        day = names[name]
+                    except KeyError:
+                        if len(names) >= DAY_NAMES_CACHED:
+                            names.clear()
+                        day = names[name] = warm_format.parse_day_filename(name)
+                    if day is None:
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode):
+                        seen[day] = st
         except FileNotFoundError:
             pass
-        return seen != {day: known.fingerprint for day, known in self.days.items()}
+        return seen
 
     def refresh_day(self, day: date) -> None:
         """Before appending: notice an outside change to this one day file (a single stat)."""
