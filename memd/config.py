@@ -92,6 +92,8 @@ class SnapshotConfig:
     push_interval_seconds: float = 300.0
     push_timeout_seconds: float = 60.0
     adopt_existing: bool = False
+    # How often the repositories memd made are checked for loose objects to pack (memd.git_maintenance); 0: never.
+    gc_interval_seconds: float = 600.0
     # Two-way sync with `remote` (memd.sync): fetch and merge its history every push interval and before pushing.
     sync: bool = False
 

@@ -114,6 +114,8 @@ def _validate_jobs(config: Config, errors: list[str]) -> None:
     for i, p in enumerate(snap.paths):
         if p not in ("hot", "warm", "cold"):
             errors.append(f"snapshot.paths[{i}]: {p!r} is not one of 'hot', 'warm', 'cold'")
+    if snap.gc_interval_seconds < 0:
+        errors.append("snapshot.gc_interval_seconds: must be 0 (never) or more")
     if snap.sync and not snap.remote:
         errors.append("snapshot.sync: needs snapshot.remote (the git remote to sync with)")
     watch = config.watch

@@ -74,6 +74,8 @@ class Daemon:
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-io")
         # git has its own threads: a slow or hung git (timeouts up to a minute) must never delay an fsync.
         self.git_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memd-git")
+        # ...and a repack (seconds, at the lowest CPU priority) has one of its own: it never holds up a snapshot.
+        self.gc_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memd-git-gc")
         self._counters: dict[str, TokenCounter] = {}
         self.snapshots = Snapshotter(
             config.snapshot, config.daemon.state_dir, self.git_io, config.snapshot.adopt_existing
@@ -270,6 +272,7 @@ class Daemon:
         listen.remove(self.listener)
         self.io.shutdown(wait=True)
         self.git_io.shutdown(wait=False, cancel_futures=True)
+        self.gc_io.shutdown(wait=False, cancel_futures=True)
         self.syncer.close()
         if self.notifier is not None:
             self.notifier.close()
@@ -312,6 +315,9 @@ class Daemon:
         elif self.config.snapshot.remote:
             keep.add("snapshot-push")
             jobs.every("snapshot-push", self.config.snapshot.push_interval_seconds, self.snapshots.push_all)
+        if self.config.snapshot.enabled and self.config.snapshot.gc_interval_seconds > 0:
+            keep.add("snapshot-gc")
+            jobs.every("snapshot-gc", self.config.snapshot.gc_interval_seconds, self._snapshot_gc)
         jobs.every("budget-scan", self.config.jobs.budget_scan_interval_seconds, self._budget_scan)
         if self.config.metrics.textfile is not None:
             keep.add("metrics-textfile")
@@ -355,6 +361,9 @@ class Daemon:
     async def _snapshot_flush(self) -> int:
         self.snapshots.prune(set(self.registry.workspaces))
         return await self.snapshots.flush("interval flush")
+
+    async def _snapshot_gc(self) -> dict[str, str]:
+        return await self.snapshots.maintain_all(self.gc_io)
 
     async def _reconcile(self) -> int:
         changed = await self.registry.reconcile()
@@ -555,5 +564,6 @@ async def run_daemon(config_path: Path | None, env: MutableMapping[str, str], co
     except StartupError:
         daemon.io.shutdown(wait=False)
         daemon.git_io.shutdown(wait=False)
+        daemon.gc_io.shutdown(wait=False)
         daemon.syncer.close()
         raise

@@ -23,6 +23,7 @@ Imports only memd.errors.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import shutil
@@ -176,7 +177,8 @@ def _base_env() -> dict[str, str]:
 
 class GitRepo:
     def __init__(self, work_tree: Path, git_dir: Path, git: str, paths: Sequence[str]) -> None:
-        self.work_tree = work_tree
+        self.root = work_tree  # the workspace directory
+        self.work_tree = work_tree  # what git reads as the work tree: the workspace, or a mirror of it (`over`)
         self.git_dir = git_dir
         self.git = git
         self.paths = tuple(paths)
@@ -189,6 +191,7 @@ class GitRepo:
         # person whose `git commit` editor is open sees why memd has not committed).
         self.lock_waiters = 0
         self._waiters_lock = threading.Lock()
+        self._counted_in: GitRepo = self  # whose `lock_waiters` a wait counts in (a view's: the repository's)
         with contextlib.suppress(GitError):
             self.check_root()
 
@@ -205,14 +208,22 @@ class GitRepo:
             return cls(work_tree, separate_dir, git, paths)
         return cls(work_tree, own, git, paths)
 
+    def over(self, tree: Path) -> GitRepo:
+        """This repository reading `tree` as its work tree (a mirror of the workspace, memd.git_mirror), for staging
+        and committing from it; each command still checks the workspace directory's identity first."""
+        view = copy.copy(self)
+        view.work_tree = tree
+        view._counted_in = self._counted_in  # status shows a view's wait for index.lock as the repository's
+        return view
+
     def check_root(self) -> None:
         """Raise GitError unless the workspace path is still the directory this repository was made for."""
-        identity = _root_identity(self.work_tree)
+        identity = _root_identity(self.root)
         if self._root is None:
             self._root = identity
         elif identity != self._root:
             raise GitError(
-                f"workspace directory {self.work_tree} is no longer the directory memd opened (another was moved "
+                f"workspace directory {self.root} is no longer the directory memd opened (another was moved "
                 "into its place); no git command runs there"
             )
 
@@ -228,6 +239,11 @@ class GitRepo:
 
     def run(self, *args: str, check: bool = True, timeout: float = GIT_TIMEOUT, input: bytes | None = None) -> bytes:
         return self._exec(args, check, timeout, input).stdout
+
+    def run_niced(self, *args: str, timeout: float = GIT_TIMEOUT) -> bytes:
+        """git at the lowest CPU priority, its children too (`nice -n 19` where `nice` exists): background work
+        such as a repack must not take the CPU from acknowledgements."""
+        return self._exec(args, True, timeout, None, niced=True).stdout
 
     def returncode(self, *args: str) -> int:
         return self._exec(args, False, GIT_TIMEOUT, None).returncode
@@ -247,15 +263,21 @@ class GitRepo:
         timeout: float,
         input: bytes | None,
         env: Mapping[str, str] | None = None,
+        niced: bool = False,
     ) -> subprocess.CompletedProcess[bytes]:
         self.check_root()
+        nice = shutil.which("nice") if niced else None
         cmd = [
+            *((nice, "-n", "19") if nice else ()),
             self.git,
             "-c", "core.hooksPath=/dev/null",
             "-c", "gc.autoDetach=false",
             "-c", "gc.auto=0",
             "-c", "core.fsync=all",
             "-c", "core.fsyncMethod=fsync",
+            # A snapshot stages from hard links to the workspace's files (memd.git_mirror); linking changes an
+            # inode's ctime, which must not make git hash every unchanged file again.
+            "-c", "core.trustctime=false",
             "-c", f"safe.directory={self.work_tree}",
             "-c", f"safe.directory={self.git_dir}",
             "-c", "commit.gpgSign=false",
@@ -367,7 +389,7 @@ class GitRepo:
             with contextlib.suppress(FileNotFoundError):
                 if now - lock.stat().st_mtime >= min_age:
                     old.append(lock)
-        if not old or _git_running_in(self.git_dir, self.work_tree):
+        if not old or _git_running_in(self.git_dir, self.root):
             return []
         for lock in old:
             lock.unlink(missing_ok=True)
@@ -381,8 +403,9 @@ class GitRepo:
         lock = self.git_dir / "index.lock"
         if not lock.exists():
             return
-        with self._waiters_lock:
-            self.lock_waiters += 1
+        owner = self._counted_in
+        with owner._waiters_lock:
+            owner.lock_waiters += 1
         try:
             deadline = time.monotonic() + timeout
             while lock.exists():
@@ -390,15 +413,15 @@ class GitRepo:
                     age = time.time() - lock.stat().st_mtime
                 except FileNotFoundError:
                     return
-                if age > STALE_LOCK_SECONDS and not _git_running_in(self.git_dir, self.work_tree):
+                if age > STALE_LOCK_SECONDS and not _git_running_in(self.git_dir, self.root):
                     lock.unlink(missing_ok=True)
                     return
                 if time.monotonic() > deadline:
                     raise GitError(f"{lock} is held by a running git for over {timeout:.0f}s; snapshot postponed")
                 time.sleep(0.05)
         finally:
-            with self._waiters_lock:
-                self.lock_waiters -= 1
+            with owner._waiters_lock:
+                owner.lock_waiters -= 1
 
     def has_head(self) -> bool:
         if self._loose_head():

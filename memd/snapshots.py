@@ -29,14 +29,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from memd import fsio, git_staging
+from memd import fsio, git_maintenance, git_mirror, git_staging
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
 from memd.errors import InvalidParams, MemdError, StorageError, Unavailable
-from memd.gitrepo import GitError, GitMissing, GitRepo, RepoUnsafe, find_git, redact_urls
+from memd.gitrepo import GIT_TIMEOUT, GitError, GitMissing, GitRepo, RepoUnsafe, find_git, redact_urls
 from memd.retention import Held
 from memd.workspace import Workspace
 
@@ -69,6 +70,9 @@ class RepoState:
     # sync, for ever (memd.sync). A change made here, or a `whole` snapshot, commits it.
     hot_kept: dict[str, bytes] = field(default_factory=dict)
     queued: int = 0  # snapshots waiting for `lock` (a restore, a sync, a checkpoint or another snapshot holds it)
+    packed_at_commits: int = -1  # `commits` when the maintenance job last looked at the repository
+    gcs: int = 0  # `git gc`s run by the maintenance job since start
+    last_gc_at: str = ""
 
 
 class Snapshotter:
@@ -260,12 +264,26 @@ class Snapshotter:
             }
             subject = f"memd: {reason}" + (f" ({', '.join(sorted(dirty))})" if dirty else "")
             body = f"Task: {doc.get('task') or '(none)'}"
-            # Stage and commit under the writer: `commit --only` reads the working tree, so the commit is one
-            # consistent state that no batch is half-way through (~10 ms that writes wait, once per settle window).
+            # The commit must be one consistent state that no batch is half-way through: under the writer, the
+            # workspace is mirrored (hard links and a copy of the day files memd appends to: a few ms), and git
+            # stages and commits the mirror once the writer is let go (memd.git_mirror). Where no mirror can be
+            # made, git reads the workspace itself under the writer (~25 ms plus ~12 ms per MB of changed files).
+            tree: Path | None = None
             async with contextlib.nullcontext() if held else ws.exclusive:
                 ws.check_identity()
-                paths = await self._to_the_end(_stage, repo, state, whole)
-                rev = await self._to_the_end(repo.commit, paths, subject, body, all_trailers) if paths else ""
+                if not held:
+                    tree = await self._to_the_end(_mirror, repo, _live_days(ws))
+                if tree is None:
+                    paths = await self._to_the_end(_stage, repo, state, whole, UNDER_WRITER_LOCK_WAIT)
+                    rev = await self._to_the_end(repo.commit, paths, subject, body, all_trailers) if paths else ""
+            if tree is not None:
+                view = repo.over(tree)
+                try:
+                    paths = await self._to_the_end(_stage, view, state, whole, GIT_TIMEOUT)
+                    rev = await self._to_the_end(view.commit, paths, subject, body, all_trailers) if paths else ""
+                finally:
+                    repo.has_commits = view.has_commits
+                    await self._to_the_end(git_mirror.remove, tree)
             state.dirty -= dirty  # committed (or nothing differed from HEAD); marks set meanwhile stay
             if not rev:
                 head = await loop.run_in_executor(self._io, _head_or_empty, repo)
@@ -515,6 +533,39 @@ class Snapshotter:
             results[name] = outcome
         return results
 
+    async def maintain_all(self, executor: Executor) -> dict[str, str]:
+        """Pack the loose objects of each repository memd made where snapshots have piled them up
+        (memd.git_maintenance; the `snapshot-gc` job). One repository at a time, holding its lock (its snapshots
+        wait, writes do not), in `executor`: a gc may take seconds and must not hold up the snapshot threads. A
+        repository without a commit since the last look is not looked at again."""
+        results: dict[str, str] = {}
+        loop = asyncio.get_running_loop()
+        for name, ws in list(self._workspaces.items()):
+            state = self._states[name]
+            if state.repo is None or state.commits == state.packed_at_commits:
+                continue
+            async with state.lock:
+                repo, state.packed_at_commits = state.repo, state.commits
+                if repo is None:
+                    continue
+                try:
+                    ws.check_identity()
+                    before = await loop.run_in_executor(executor, git_maintenance.maintain, repo)
+                except (GitError, StorageError, OSError) as exc:
+                    message = getattr(exc, "message", None) or str(exc)
+                    log.warning("workspace %s: packing the snapshot repository failed: %s", name, message)
+                    results[name] = "error"
+                    continue
+            if before is not None:
+                state.gcs += 1
+                state.last_gc_at = ws.clock.now().isoformat(timespec="seconds")
+                log.info(
+                    "workspace %s: packed %d loose objects (%.1f MiB) of %s", name, before.objects,
+                    before.bytes / (1 << 20), repo.git_dir,
+                )  # fmt: skip
+                results[name] = "packed"
+        return results
+
     def reset_push(self, name: str) -> None:
         """Let a diverged or failing workspace push again (after a person reconciled it)."""
         if name in self._states and self._states[name].push_state in ("diverged", "error"):
@@ -540,6 +591,8 @@ class Snapshotter:
             "pending": bool(s.dirty),
             "queued": s.queued,
             "waiting_for_git": str(s.repo.git_dir / "index.lock") if s.repo and s.repo.lock_waiters else None,
+            "gcs": s.gcs,
+            "last_gc_at": s.last_gc_at or None,
             "push": {"state": s.push_state or None, "error": s.push_error or None} if self.config.remote else None,
             "sync": (s.sync or {"state": None}) if self.config.remote else None,
         }
@@ -567,8 +620,26 @@ def _held_at_head(repo: GitRepo, directory: Path, days: Sequence[str]) -> Held |
     return held
 
 
-def _stage(repo: GitRepo, state: RepoState, whole: bool) -> list[str]:
-    """Stage the workspace (in a worker, under the writer), leaving out the hot files that still hold what this
+def _mirror(repo: GitRepo, live_days: set[str]) -> Path | None:
+    """(In a worker, under the writer.) The workspace's mirror to stage from, or None to stage the workspace itself
+    (no mirror where hard links cannot reach it; none either when making it failed, a full disk say: logged)."""
+    try:
+        return git_mirror.build(repo, live_days)
+    except OSError as exc:
+        log.warning("snapshot of %s staged under the writer: its mirror could not be made: %s", repo.root, exc)
+        with contextlib.suppress(OSError):
+            git_mirror.remove(repo.git_dir / git_mirror.MIRROR_DIR)
+        return None
+
+
+def _live_days(ws: Workspace) -> set[str]:
+    """The warm day files memd may append to while git reads a mirror: the workspace's today and its neighbours."""
+    today = ws.today()
+    return {f"{today + timedelta(days=d)}.md" for d in (-1, 0, 1)}
+
+
+def _stage(repo: GitRepo, state: RepoState, whole: bool, lock_wait: float) -> list[str]:
+    """Stage the workspace or its mirror (in a worker), leaving out the hot files that still hold what this
     machine last committed before a sync moved HEAD past them (`RepoState.hot_kept`), unless `whole`."""
     hold: list[str] = []
     for path, kept in list(state.hot_kept.items()):
@@ -580,4 +651,4 @@ def _stage(repo: GitRepo, state: RepoState, whole: bool) -> list[str]:
             hold.append(path)
         else:  # changed here (or committed whole now): from here on it is committed as usual
             del state.hot_kept[path]
-    return git_staging.stage(repo, UNDER_WRITER_LOCK_WAIT, hold)
+    return git_staging.stage(repo, lock_wait, hold)

@@ -645,6 +645,90 @@ def test_a_repository_broken_while_memd_was_down_is_reported_not_replaced(
     assert status["state"] == "error", status
 
 
+def gated_git(directory: Path) -> dict[str, str]:
+    """A `git` first on PATH whose `add` waits while `directory/gate` exists, leaving `directory/adding` as it
+    waits: a snapshot's staging held open for as long as a test needs. Returns the daemon's env."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wrapper = directory / "git"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in\n'
+        f'  *" add "*) while [ -e "{directory}/gate" ]; do : > "{directory}/adding"; sleep 0.01; done;;\n'
+        "esac\n"
+        f'exec "{GIT}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return {"PATH": f"{directory}:{os.environ.get('PATH', '')}"}
+
+
+def test_writes_are_acknowledged_while_a_snapshot_stages_and_the_commit_is_the_state_it_began_with(
+    make_daemon: MakeDaemon, short_root: Path
+) -> None:
+    """Staging hashes today's whole day file (~12 ms a MB), so git must not do it under the writer: the snapshot
+    mirrors the workspace under the writer (memd.git_mirror) and stages the mirror after. A write sent while git
+    stages is acknowledged at once; the commit holds the state the snapshot began with, the next one the rest."""
+    gate = short_root / "gate-marks"
+    root = short_root / "gated"
+    only_asked = {"settle_seconds": 60.0, "max_wait_seconds": 120.0}  # no debounced snapshot gets in between
+    config = base_config(root, workspaces={"w": root / "ws" / "w"}, snapshot=only_asked)
+    d = make_daemon("gated", config=config, env=gated_git(gate))
+    ws = d.workspace("w")
+    d.call("warm.log", workspace="w", action="before the snapshot")
+    assert d.call("snapshot.run", workspace="w")["rev"]  # the repository exists: only staging is gated below
+    d.call("warm.log", workspace="w", action="in the snapshot")
+    (gate / "gate").touch()
+    results: list[Any] = []
+    snapshotting = threading.Thread(target=lambda: results.append(d.call("snapshot.run", workspace="w")))
+    snapshotting.start()
+    try:
+        wait_for((gate / "adding").exists, "the snapshot's git add to start")
+        acked: list[Any] = []
+        writing = threading.Thread(
+            target=lambda: acked.append(d.call("warm.log", workspace="w", action="while git stages")), daemon=True
+        )
+        writing.start()
+        wait_for(lambda: acked, "the write to be acknowledged while git add is held")
+        assert (gate / "gate").exists() and snapshotting.is_alive()
+    finally:
+        (gate / "gate").unlink(missing_ok=True)
+        snapshotting.join(DEADLINE)
+    day = sorted((ws / "warm").glob("*.md"))[-1].name
+    committed = git(ws, "show", f"{results[0]['rev']}:warm/{day}")
+    assert "in the snapshot" in committed and "while git stages" not in committed
+    assert "while git stages" in (ws / "warm" / day).read_text()
+    later = d.call("snapshot.run", workspace="w")["rev"]
+    assert "while git stages" in git(ws, "show", f"{later}:warm/{day}")
+    assert not (Path(snap_status(d, "w")["git_dir"]) / "memd-stage").exists()
+
+
+def test_the_gc_job_packs_a_repository_that_snapshots_filled_with_loose_objects(
+    make_daemon: MakeDaemon, short_root: Path
+) -> None:
+    """memd runs git with gc.auto=0: without its own gc job, each snapshot's copy of today's file stays loose for
+    ever. A snapshot that commits a person's 1,000 notes leaves over 1,000 loose objects: the next job packs them."""
+    root = short_root / "gc"
+    snapshot = {**FAST, "gc_interval_seconds": 0.2}
+    d = make_daemon("gc", config=base_config(root, workspaces={"w": root / "ws" / "w"}, snapshot=snapshot))
+    d.call("warm.log", workspace="w", action="before the notes")
+    git_dir = git_dir_of(d, "w")
+    notes = d.workspace("w") / "cold" / "notes"
+    notes.mkdir()
+    for i in range(1000):
+        (notes / f"{i}.txt").write_text(f"note {i}\n")
+    d.call("warm.log", workspace="w", action="with the notes")
+    assert d.call("snapshot.run", workspace="w")["rev"]
+
+    wait_for(lambda: snap_status(d, "w")["gcs"] >= 1, "the gc job to pack the repository", DEADLINE)
+    assert snap_status(d, "w")["last_gc_at"]
+    assert len([p for p in git_dir.glob("objects/??/*") if p.is_file()]) < 10
+    assert list(git_dir.glob("objects/pack/*.pack"))
+    day = sorted((d.workspace("w") / "warm").glob("*.md"))[-1].name
+    assert "with the notes" in git(d.workspace("w"), f"--git-dir={git_dir}", "show", f"HEAD:warm/{day}")
+    assert git(d.workspace("w"), f"--git-dir={git_dir}", "show", "HEAD:cold/notes/999.txt") == "note 999\n"
+    job = d.call("status")["jobs"]["snapshot-gc"]
+    assert job["errors"] == 0 and job["runs"] >= 1
+
+
 def test_a_sweep_during_the_first_snapshot_does_not_hang_the_workspace(
     make_daemon: MakeDaemon, short_root: Path
 ) -> None:

@@ -1,7 +1,8 @@
 """Specification: a snapshot cancelled half-way (a job's timeout, shutdown) loses neither the knowledge of what is
-still uncommitted nor the consistency of what git is committing: the writer stays held until the git command
-under it has finished, the tiers it was committing stay marked until the commit is made, so the flush at
-shutdown (which looks at the marks) waits for a snapshot in flight instead of skipping its workspace."""
+still uncommitted nor the consistency of what git is committing: the writer stays held until the mirror git reads
+is made (or, where git reads the workspace itself, until git's command has finished), a git command runs to its
+end, the tiers it was committing stay marked until the commit is made, so the flush at shutdown (which looks at
+the marks) waits for a snapshot in flight instead of skipping its workspace."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from edits import note
 
-from memd import fsio
+from memd import fsio, git_mirror
 from memd.config import SnapshotConfig
 from memd.gitrepo import GitRepo
 from memd.snapshots import Snapshotter
@@ -65,7 +66,7 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def test_a_snapshot_cancelled_while_git_commits_keeps_the_writer_until_git_is_done_and_its_tiers_marked(
+def test_a_snapshot_cancelled_while_it_mirrors_the_workspace_keeps_the_writer_until_the_mirror_is_made(
     ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = Gate()
@@ -75,6 +76,75 @@ def test_a_snapshot_cancelled_while_git_commits_keeps_the_writer_until_git_is_do
         await snapshots.snapshot(ws, "start")  # the repository exists; from here on a commit is what is tested
         await ws.write(note("to be committed"))
         snapshots.on_change(ws, frozenset({"hot"}), "write")
+        monkeypatch.setattr(git_mirror, "build", gate.around(git_mirror.build))
+        job = asyncio.ensure_future(snapshots.snapshot(ws, "interval"))
+        await gate.wait_reached()
+        job.cancel()
+        await settle()
+        held, done = ws.exclusive.locked(), job.done()
+        gate.open.set()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        monkeypatch.undo()
+        pending = set(snapshots.repo_state(ws).dirty)
+        await snapshots.flush("shutdown")
+        return held, done, pending, len(snapshots.repo_state(ws).dirty)
+
+    held, done, pending, left = asyncio.run(go())
+
+    assert (held, done) == (True, False)  # no batch wrote into the tree while it was mirrored
+    assert pending == {"hot"}  # not known to be committed: the flush at shutdown looks at this
+    assert left == 0
+    assert "to be committed" in committed(ws, "hot/memd.json")
+
+
+def test_a_snapshot_cancelled_while_git_commits_its_mirror_lets_writes_go_on_and_keeps_its_tiers_marked(
+    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = Gate()
+
+    async def go() -> tuple[bool, bool, set[str], bool, int]:
+        snapshots.track(ws)
+        await snapshots.snapshot(ws, "start")
+        await ws.write(note("to be committed"))
+        snapshots.on_change(ws, frozenset({"hot"}), "write")
+        monkeypatch.setattr(GitRepo, "commit", gate.around(GitRepo.commit))
+        job = asyncio.ensure_future(snapshots.snapshot(ws, "interval"))
+        await gate.wait_reached()
+        job.cancel()
+        await settle()
+        held, done = ws.exclusive.locked(), job.done()
+        await ws.write(note("written while git commits"))  # the writer is free: git reads the mirror
+        gate.open.set()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        monkeypatch.undo()
+        pending = set(snapshots.repo_state(ws).dirty)
+        repo = snapshots.repo_state(ws).repo
+        mirror_left = repo is not None and (repo.git_dir / git_mirror.MIRROR_DIR).exists()
+        await snapshots.flush("shutdown")
+        return held, done, pending, mirror_left, len(snapshots.repo_state(ws).dirty)
+
+    held, done, pending, mirror_left, left = asyncio.run(go())
+
+    assert (held, done) == (False, False)  # git's command runs to its end, but not under the writer
+    assert pending == {"hot"}
+    assert not mirror_left
+    assert left == 0
+    assert "written while git commits" in committed(ws, "hot/memd.json")
+
+
+def test_where_no_mirror_can_be_made_a_cancelled_snapshot_keeps_the_writer_until_git_has_committed(
+    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = Gate()
+
+    async def go() -> tuple[bool, bool, set[str], int]:
+        snapshots.track(ws)
+        await snapshots.snapshot(ws, "start")
+        await ws.write(note("to be committed"))
+        snapshots.on_change(ws, frozenset({"hot"}), "write")
+        monkeypatch.setattr(git_mirror, "build", lambda *_: None)  # the git dir on another file system
         monkeypatch.setattr(GitRepo, "commit", gate.around(GitRepo.commit))
         job = asyncio.ensure_future(snapshots.snapshot(ws, "interval"))
         await gate.wait_reached()
@@ -91,8 +161,8 @@ def test_a_snapshot_cancelled_while_git_commits_keeps_the_writer_until_git_is_do
 
     held, done, pending, left = asyncio.run(go())
 
-    assert (held, done) == (True, False)  # no batch wrote into the tree git was reading
-    assert pending == {"hot"}  # not known to be committed: the flush at shutdown looks at this
+    assert (held, done) == (True, False)  # git reads the workspace itself: no batch writes into it meanwhile
+    assert pending == {"hot"}
     assert left == 0
     assert "to be committed" in committed(ws, "hot/memd.json")
 

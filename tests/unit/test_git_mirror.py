@@ -1,0 +1,155 @@
+"""The mirror a snapshot stages from (memd.git_mirror), with the real git CLI.
+
+What must hold: the mirror holds exactly what the workspace held when it was made (hard links for files memd
+replaces whole, copies of the day files memd appends to, symbolic links as links, never followed), so a commit
+staged from it is the state under the writer even while writes go on; an unchanged file is not hashed again at the
+next snapshot; a mirror left by an interrupted snapshot goes; none is made where hard links cannot reach.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from harness import person_env
+
+from memd import git_mirror
+from memd.git_staging import stage
+from memd.gitrepo import GitRepo, find_git
+
+GIT = find_git()
+PATHS = ("hot", "warm", "cold")
+TODAY = "2026-12-02.md"
+OLD_DAY = "2026-11-20.md"
+
+
+def person_git(cwd: Path, *args: str) -> str:
+    out = subprocess.run([GIT, *args], cwd=cwd, env=person_env(), capture_output=True, text=True, check=False)
+    assert out.returncode == 0, f"git {' '.join(args)} failed: {out.stderr}"
+    return out.stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> GitRepo:
+    ws = tmp_path / "ws"
+    for tier in PATHS:
+        (ws / tier).mkdir(parents=True)
+    (ws / "hot" / "context.json").write_text('{"task": "t"}\n')
+    (ws / "cold" / "MEMORY.md").write_text("# Memory\n\n## Ops\n- [2026-12-01] keep backups\n")
+    (ws / "warm" / OLD_DAY).write_text("# Activity Log 2026-11-20\n")
+    (ws / "warm" / TODAY).write_text("# Activity Log 2026-12-02\n\n### 09:00:00 - first\n")
+    r = GitRepo.locate(ws, tmp_path / "state" / "ws.git", GIT, PATHS, False)
+    r.ensure("main")
+    return r
+
+
+def commit_from_mirror(repo: GitRepo, tree: Path) -> str:
+    view = repo.over(tree)
+    paths = stage(view)
+    assert paths
+    rev = view.commit(paths, "memd: writes", "", {"Memd-Reason": "writes"})
+    git_mirror.remove(tree)
+    return rev
+
+
+def show(repo: GitRepo, path: str) -> str:
+    return person_git(repo.root, f"--git-dir={repo.git_dir}", "show", f"HEAD:{path}")
+
+
+def test_files_memd_replaces_whole_are_linked_and_the_day_it_appends_to_is_copied(repo: GitRepo) -> None:
+    ws = repo.root
+    os.chmod(ws / "cold" / "MEMORY.md", 0o640)
+    tree = git_mirror.build(repo, {TODAY})
+    assert tree == repo.git_dir / git_mirror.MIRROR_DIR
+
+    for linked in ("hot/context.json", "cold/MEMORY.md", f"warm/{OLD_DAY}"):
+        assert os.stat(tree / linked).st_ino == os.stat(ws / linked).st_ino, linked
+    copied = tree / "warm" / TODAY
+    assert os.stat(copied).st_ino != os.stat(ws / "warm" / TODAY).st_ino
+    assert copied.read_bytes() == (ws / "warm" / TODAY).read_bytes()
+    assert oct(os.stat(tree / "cold" / "MEMORY.md").st_mode & 0o777) == "0o640"
+
+
+def test_a_commit_from_the_mirror_is_the_state_it_was_made_of_while_writes_go_on(repo: GitRepo) -> None:
+    ws = repo.root
+    tree = git_mirror.build(repo, {TODAY})
+    assert tree is not None
+    with (ws / "warm" / TODAY).open("a") as f:  # the writer, let go: an append lands while git stages
+        f.write("\n### 09:01:00 - second\n")
+    (ws / "hot" / "context.json.new").write_text('{"task": "later"}\n')
+    os.replace(ws / "hot" / "context.json.new", ws / "hot" / "context.json")  # a hot write: a new file
+
+    commit_from_mirror(repo, tree)
+
+    assert "second" not in show(repo, f"warm/{TODAY}")
+    assert "first" in show(repo, f"warm/{TODAY}")
+    assert show(repo, "hot/context.json") == '{"task": "t"}\n'
+    assert not tree.exists()
+
+
+def test_symbolic_links_are_mirrored_as_links_and_never_followed(repo: GitRepo, tmp_path: Path) -> None:
+    ws = repo.root
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for git\n")
+    (ws / "cold" / "leak.md").symlink_to(secret)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big.md").write_text("outside\n")
+    (ws / "warm" / "elsewhere").symlink_to(outside)
+    os.mkfifo(ws / "cold" / "pipe")
+    (ws / "cold" / "x.memd-tmp-1").write_text("half-written\n")
+
+    tree = git_mirror.build(repo, {TODAY})
+    assert tree is not None
+    assert (tree / "cold" / "leak.md").is_symlink() and os.readlink(tree / "cold" / "leak.md") == str(secret)
+    assert (tree / "warm" / "elsewhere").is_symlink()
+    assert not (tree / "cold" / "pipe").exists()
+    assert not (tree / "cold" / "x.memd-tmp-1").exists()
+    commit_from_mirror(repo, tree)
+    tracked = person_git(ws, f"--git-dir={repo.git_dir}", "ls-tree", "-r", "HEAD").splitlines()
+    modes = {line.split("\t")[1]: line.split()[0] for line in tracked}
+    assert modes.get("cold/leak.md") == "120000"  # the link itself, as git records one
+    assert "warm/elsewhere/big.md" not in modes
+
+
+def test_an_unchanged_file_is_not_hashed_again_at_the_next_snapshot(repo: GitRepo) -> None:
+    commit_from_mirror(repo, git_mirror.build(repo, {TODAY}) or Path("/nonexistent"))
+    with (repo.root / "warm" / TODAY).open("a") as f:
+        f.write("\n### 09:02:00 - third\n")
+    commit_from_mirror(repo, git_mirror.build(repo, {TODAY}) or Path("/nonexistent"))
+
+    # Index entries whose stat data no longer match the file are what git hashes again: only the copied day.
+    dirty = repo.run("diff-files", "--name-only").decode().split()
+    assert dirty == [f"warm/{TODAY}"]
+
+
+def test_a_mirror_left_by_an_interrupted_snapshot_is_replaced(repo: GitRepo) -> None:
+    stale = repo.git_dir / git_mirror.MIRROR_DIR / "hot"
+    stale.mkdir(parents=True)
+    (stale / "leftover.json").write_text("{}")
+
+    tree = git_mirror.build(repo, {TODAY})
+    assert tree is not None
+    assert not (tree / "hot" / "leftover.json").exists()
+    assert (tree / "hot" / "context.json").exists()
+
+
+def test_no_mirror_where_the_repository_is_on_another_file_system(tmp_path: Path) -> None:
+    other = Path("/dev/shm")
+    if not other.is_dir() or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a file system of its own")
+    ws = tmp_path / "ws"
+    for tier in PATHS:
+        (ws / tier).mkdir(parents=True)
+    (ws / ".git").mkdir()  # a .git memd did not make: the repository goes to the state directory
+    state = other / f"memd-mirror-{os.getpid()}"
+    try:
+        r = GitRepo.locate(ws, state / "ws.git", GIT, PATHS, False)
+        r.ensure("main")
+        assert r.git_dir == state / "ws.git"
+        assert git_mirror.build(r, {TODAY}) is None
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
