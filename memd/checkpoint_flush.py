@@ -11,9 +11,8 @@ from typing import Any
 
 from memd.batch import Draft
 from memd.checkpoint_plan import keyed
+from memd.tiers.warm_format import FLUSHED_NOTE, flush_identity
 from memd.workspace import Workspace
-
-FLUSHED_NOTE = "note from hot"
 
 
 def entry_key_in(entry: dict[str, Any], present: set[str]) -> bool:
@@ -26,13 +25,14 @@ def flush_to_warm(
     """Append every entry a checkpoint compresses, verbatim, to today's warm log (in the same batch as the apply),
     unless an identical entry is already in the warm window: a decision as decision.record logged it, a note as
     a "note from hot" entry. Returns how many were appended."""
-    seen: set[tuple[str, ...]] = set()
+    seen: set[bytes | None] = set()
     today = draft.local.date()
     for day in ws.warm.recent_days(today, ws.config.warm.recent_days):
         for e in ws.warm.entries_for(day):
-            seen.add(_identity(e.action, dict(e.details)))
+            seen.add(flush_identity(e.action, dict(e.details)))
+        seen |= ws.warm.let_go_identities(day)  # a big day's older entries, no longer parsed
     for e in draft.warm:
-        seen.add(_identity(e.action, dict(e.details)))
+        seen.add(flush_identity(e.action, dict(e.details)))
     flushed = 0
     for key, entry, kind in removed:
         if kind == "note":
@@ -48,20 +48,13 @@ def flush_to_warm(
             details = {"reason": str(entry.get("reason") or "")}
             if entry.get("risk") is not None:
                 details["risk"] = str(entry["risk"])
-        if _identity(action, details) in seen:
+        identity = flush_identity(action, details)
+        if identity in seen:
             continue
-        seen.add(_identity(action, details))
+        seen.add(identity)
         extra = {"checkpoint": checkpoint_id, "from": "hot"}
         if kind == "decision":
             extra["id"] = str(entry.get("id") or key)
         draft.log(action, tuple({**details, **extra}.items()))
         flushed += 1
     return flushed
-
-
-def _identity(action: str, details: dict[str, str]) -> tuple[str, ...]:
-    if action == FLUSHED_NOTE:
-        return (action, details.get("id", ""), details.get("text", ""))
-    if action.startswith("decision: "):
-        return (action, details.get("reason", ""))
-    return (action,)

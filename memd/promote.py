@@ -27,14 +27,13 @@ from typing import Any, Protocol
 
 from memd.tiers.cold_format import Learning
 from memd.tiers.proposals_format import Proposal, derived_id
-from memd.tiers.warm_format import WarmEntry
+from memd.tiers.warm_format import FLUSHED_NOTE, WarmEntry
 
 NEAR_DUPLICATE = 0.8
 SAME_SUBJECT = 0.75
 SAME_SUBJECT_IN_CATEGORY = 0.6
 MIN_JACCARD_TO_SUPERSEDE = 0.4
 MAX_TEXT = 400  # characters of a proposed learning; longer ones are cut with "…"
-FLUSHED_NOTE = "note from hot"  # memd.checkpoint_flush.FLUSHED_NOTE (a test keeps them equal)
 TAG = "#learning"
 # The order candidates of one day are kept in when there are more than the cap: what an agent marked first.
 KINDS = ("notable", "decision", "fix", "note")

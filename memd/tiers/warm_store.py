@@ -11,9 +11,10 @@ again from the start. A read that must parse more than INLINE_PARSE_BYTES does s
 one workspace's big day never holds the event loop; the result is taken only if nothing changed the day's parse
 meanwhile. Bounds per workspace: of each day, only its newest DAY_WINDOW entries stay parsed (the older ones are
 final: a read that reaches them, a page of `warm.recent` or a whole `warm.day`, parses the file in a worker and
-keeps nothing of it: `load_all`); the parsed entries of at most PARSED_MAX_BYTES of day files (oldest days are
+keeps nothing of it: `load_all`; of the entries let go, only a 16-byte digest of each decision and flushed
+note is kept, for a checkpoint's flush); the parsed entries of at most PARSED_MAX_BYTES of day files (oldest days are
 dropped first; the day being read stays); and the rendered text and token count of at most PIECES_MAX entries (the
-ones context payloads rendered last). So memory does not grow with the day: an agent that logs all day long made
+ones context payloads rendered last). So memory hardly grows with the day: an agent that logs all day long made
 memd hold about 7 bytes for every byte of its day file.
 Imports memd.fsio, memd.tokens and the warm format.
 """
@@ -57,6 +58,9 @@ class Parsed:
     resume: Resume
     tail: bytes
     first: int = 0
+    # What a checkpoint's flush looks up of the entries let go (warm_format.flush_identity: the decisions and
+    # flushed notes among them, 16 bytes each): it must not log again what the day already holds.
+    let_go: set[bytes] = field(default_factory=set)
 
     def cut_to_window(self) -> None:
         """Let go of the oldest entries beyond DAY_WINDOW (only final ones: before `resume`)."""
@@ -65,6 +69,10 @@ class Parsed:
             return
         drop = min(excess, self.resume.entries - self.first)
         if drop > 0:
+            for entry in self.entries[:drop]:
+                identity = warm_format.flush_identity(entry.action, dict(entry.details))
+                if identity is not None:
+                    self.let_go.add(identity)
             del self.entries[:drop]
             self.first += drop
 
@@ -353,6 +361,12 @@ class WarmStore:
         """How many of a day's first entries are not in what `entries_for` and `load` return (see DAY_WINDOW)."""
         known = self.days.get(day)
         return 0 if known is None or known.parsed is None else known.parsed.first
+
+    def let_go_identities(self, day: date) -> set[bytes]:
+        """The flush identities (warm_format.flush_identity) of the day's entries that `entries_for` no longer
+        holds; call it after `entries_for`, which parses the day."""
+        known = self.days.get(day)
+        return set() if known is None or known.parsed is None else known.parsed.let_go
 
     def entries_for(self, day: date) -> list[WarmEntry]:
         """A day's newest entries (DAY_WINDOW at least, `first_kept` tells where they start), parsed here as far as

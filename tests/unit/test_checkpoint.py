@@ -29,7 +29,7 @@ from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, Workspac
 from memd.errors import Busy, CheckpointFailed
 from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult, fact_tokens
-from memd.tiers import hot_format
+from memd.tiers import hot_format, warm_store
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -1141,6 +1141,47 @@ def test_the_record_and_the_log_line_of_a_checkpoint_say_exactly_what_it_compres
     assert warm_results(ws, "checkpoint") == [f"hot {plan.tokens_before} -> {ws.hot.tokens} tokens"]
     flushed_notes = [d["id"] for a, d in warm_today(ws) if a == "note from hot"]
     assert sorted(flushed_notes) == sorted(notes)
+
+
+def test_a_decision_logged_before_the_days_parsed_window_is_not_flushed_to_the_warm_log_again(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hour soak found `decision: d-...` twice in a day file: decision.record logs each decision to warm, and
+    the flush skipped only those it saw among the day's parsed entries, which keep the newest DAY_WINDOW. A
+    decision logged before them was flushed again by the checkpoint that compressed it."""
+    monkeypatch.setattr(warm_store, "DAY_WINDOW", 8)
+    monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 4)
+    ws = make_workspace()
+
+    async def record(i: int) -> None:
+        def apply(draft: Draft) -> None:  # what decision.record does
+            doc, _ = hot_format.add_decision(draft.edit_hot(), f"decision {i}", f"reason {i}", None, draft.now)
+            draft.set_hot(doc)
+            draft.log(f"decision: decision {i}", (("reason", f"reason {i}"),))
+
+        await ws.write(apply)
+
+    async def fill() -> None:
+        for i in range(6):
+            await record(i)
+        await add_notes(ws, [note_text(i) for i in range(40)])
+        for i in range(30):  # the decisions' entries fall out of the parsed window
+            await ws.write(lambda d, i=i: d.log(f"step {i}", (("n", str(i)),)))
+
+    run(fill())
+    ws.warm.entries_for(ws.today())  # parsed, as a read would: the oldest entries are let go
+    assert ws.warm.first_kept(ws.today()) > 6
+
+    record_ = run(make_checkpointer().run(ws, force=True))
+
+    assert [k for k in record_["compressed"] if k.startswith("d")]  # decisions were compressed
+    text = (ws.root / "warm" / f"{ws.today()}.md").read_text(encoding="utf-8")
+    for i in range(6):
+        assert text.count(f"decision: decision {i}\n") == 1, (
+            f"decision {i} logged {text.count(f'decision: decision {i}')} times"
+        )
 
 
 def test_without_flush_to_warm_nothing_compressed_is_appended_to_the_warm_log(
