@@ -143,8 +143,9 @@ def take_index_lock(git_dir: Path) -> Path:
 
 def instrumented_git(directory: Path) -> dict[str, str]:
     """A `git` first on PATH that leaves marker files in `directory` and, while `directory/slow` exists, makes the
-    repository lookup (`rev-parse --is-inside-work-tree`) take 1.5 s, like a big repository on a slow disk.
-    Returns the env for a daemon that should use it."""
+    repository lookup (`rev-parse --is-inside-work-tree`) take 1.5 s, like a big repository on a slow disk; while
+    `directory/gate` exists, `add` waits (leaving `directory/adding`): a snapshot's staging held open. Returns the
+    env for a daemon that should use it."""
     directory.mkdir(parents=True, exist_ok=True)
     wrapper = directory / "git"
     wrapper.write_text(
@@ -152,6 +153,7 @@ def instrumented_git(directory: Path) -> dict[str, str]:
         'case " $* " in\n'
         f'  *" --is-inside-work-tree "*) : > "{directory}/locating"; [ -e "{directory}/slow" ] && sleep 1.5;;\n'
         f'  *" ls-tree "*) : > "{directory}/ls-tree";;\n'
+        f'  *" add "*) while [ -e "{directory}/gate" ]; do : > "{directory}/adding"; sleep 0.01; done;;\n'
         "esac\n"
         f'exec "{GIT}" "$@"\n'
     )
@@ -645,22 +647,6 @@ def test_a_repository_broken_while_memd_was_down_is_reported_not_replaced(
     assert status["state"] == "error", status
 
 
-def gated_git(directory: Path) -> dict[str, str]:
-    """A `git` first on PATH whose `add` waits while `directory/gate` exists, leaving `directory/adding` as it
-    waits: a snapshot's staging held open for as long as a test needs. Returns the daemon's env."""
-    directory.mkdir(parents=True, exist_ok=True)
-    wrapper = directory / "git"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        'case " $* " in\n'
-        f'  *" add "*) while [ -e "{directory}/gate" ]; do : > "{directory}/adding"; sleep 0.01; done;;\n'
-        "esac\n"
-        f'exec "{GIT}" "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    return {"PATH": f"{directory}:{os.environ.get('PATH', '')}"}
-
-
 def test_writes_are_acknowledged_while_a_snapshot_stages_and_the_commit_is_the_state_it_began_with(
     make_daemon: MakeDaemon, short_root: Path
 ) -> None:
@@ -671,7 +657,7 @@ def test_writes_are_acknowledged_while_a_snapshot_stages_and_the_commit_is_the_s
     root = short_root / "gated"
     only_asked = {"settle_seconds": 60.0, "max_wait_seconds": 120.0}  # no debounced snapshot gets in between
     config = base_config(root, workspaces={"w": root / "ws" / "w"}, snapshot=only_asked)
-    d = make_daemon("gated", config=config, env=gated_git(gate))
+    d = make_daemon("gated", config=config, env=instrumented_git(gate))
     ws = d.workspace("w")
     d.call("warm.log", workspace="w", action="before the snapshot")
     assert d.call("snapshot.run", workspace="w")["rev"]  # the repository exists: only staging is gated below

@@ -11,6 +11,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,55 +67,40 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def test_a_snapshot_cancelled_while_it_mirrors_the_workspace_keeps_the_writer_until_the_mirror_is_made(
-    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@dataclass
+class Cancelled:
+    """What a snapshot cancelled at a gate left: the writer held and the job done while the gate was closed, the
+    tiers still marked and a mirror still there after it ended, the marks left after the shutdown flush."""
+
+    held: bool
+    done: bool
+    pending: set[str]
+    mirror_left: bool
+    left: int
+
+
+def cancel_at(
+    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str,
+    no_mirror: bool = False, meanwhile: str = "",
+) -> Cancelled:  # fmt: skip
+    """A snapshot of a hot write, cancelled while `owner.name` (gated) runs; `meanwhile`: a note written then."""
     gate = Gate()
 
-    async def go() -> tuple[bool, bool, set[str], int]:
+    async def go() -> Cancelled:
         snapshots.track(ws)
         await snapshots.snapshot(ws, "start")  # the repository exists; from here on a commit is what is tested
         await ws.write(note("to be committed"))
         snapshots.on_change(ws, frozenset({"hot"}), "write")
-        monkeypatch.setattr(git_mirror, "build", gate.around(git_mirror.build))
+        if no_mirror:
+            monkeypatch.setattr(git_mirror, "build", lambda *_: None)  # the git dir on another file system
+        monkeypatch.setattr(owner, name, gate.around(getattr(owner, name)))
         job = asyncio.ensure_future(snapshots.snapshot(ws, "interval"))
         await gate.wait_reached()
         job.cancel()
         await settle()
         held, done = ws.exclusive.locked(), job.done()
-        gate.open.set()
-        with pytest.raises(asyncio.CancelledError):
-            await job
-        monkeypatch.undo()
-        pending = set(snapshots.repo_state(ws).dirty)
-        await snapshots.flush("shutdown")
-        return held, done, pending, len(snapshots.repo_state(ws).dirty)
-
-    held, done, pending, left = asyncio.run(go())
-
-    assert (held, done) == (True, False)  # no batch wrote into the tree while it was mirrored
-    assert pending == {"hot"}  # not known to be committed: the flush at shutdown looks at this
-    assert left == 0
-    assert "to be committed" in committed(ws, "hot/memd.json")
-
-
-def test_a_snapshot_cancelled_while_git_commits_its_mirror_lets_writes_go_on_and_keeps_its_tiers_marked(
-    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gate = Gate()
-
-    async def go() -> tuple[bool, bool, set[str], bool, int]:
-        snapshots.track(ws)
-        await snapshots.snapshot(ws, "start")
-        await ws.write(note("to be committed"))
-        snapshots.on_change(ws, frozenset({"hot"}), "write")
-        monkeypatch.setattr(GitRepo, "commit", gate.around(GitRepo.commit))
-        job = asyncio.ensure_future(snapshots.snapshot(ws, "interval"))
-        await gate.wait_reached()
-        job.cancel()
-        await settle()
-        held, done = ws.exclusive.locked(), job.done()
-        await ws.write(note("written while git commits"))  # the writer is free: git reads the mirror
+        if meanwhile:
+            await ws.write(note(meanwhile))
         gate.open.set()
         with pytest.raises(asyncio.CancelledError):
             await job
@@ -123,47 +109,43 @@ def test_a_snapshot_cancelled_while_git_commits_its_mirror_lets_writes_go_on_and
         repo = snapshots.repo_state(ws).repo
         mirror_left = repo is not None and (repo.git_dir / git_mirror.MIRROR_DIR).exists()
         await snapshots.flush("shutdown")
-        return held, done, pending, mirror_left, len(snapshots.repo_state(ws).dirty)
+        return Cancelled(held, done, pending, mirror_left, len(snapshots.repo_state(ws).dirty))
 
-    held, done, pending, mirror_left, left = asyncio.run(go())
+    return asyncio.run(go())
 
-    assert (held, done) == (False, False)  # git's command runs to its end, but not under the writer
-    assert pending == {"hot"}
-    assert not mirror_left
-    assert left == 0
+
+def test_a_snapshot_cancelled_while_it_mirrors_the_workspace_keeps_the_writer_until_the_mirror_is_made(
+    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = cancel_at(ws, snapshots, monkeypatch, git_mirror, "build")
+
+    assert (result.held, result.done) == (True, False)  # no batch wrote into the tree while it was mirrored
+    assert result.pending == {"hot"}  # not known to be committed: the flush at shutdown looks at this
+    assert result.left == 0
+    assert "to be committed" in committed(ws, "hot/memd.json")
+
+
+def test_a_snapshot_cancelled_while_git_commits_its_mirror_lets_writes_go_on_and_keeps_its_tiers_marked(
+    ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer is free while git commits the mirror: a note is written meanwhile.
+    result = cancel_at(ws, snapshots, monkeypatch, GitRepo, "commit", meanwhile="written while git commits")
+
+    assert (result.held, result.done) == (False, False)  # git's command runs to its end, but not under the writer
+    assert result.pending == {"hot"}
+    assert not result.mirror_left
+    assert result.left == 0
     assert "written while git commits" in committed(ws, "hot/memd.json")
 
 
 def test_where_no_mirror_can_be_made_a_cancelled_snapshot_keeps_the_writer_until_git_has_committed(
     ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gate = Gate()
+    result = cancel_at(ws, snapshots, monkeypatch, GitRepo, "commit", no_mirror=True)
 
-    async def go() -> tuple[bool, bool, set[str], int]:
-        snapshots.track(ws)
-        await snapshots.snapshot(ws, "start")
-        await ws.write(note("to be committed"))
-        snapshots.on_change(ws, frozenset({"hot"}), "write")
-        monkeypatch.setattr(git_mirror, "build", lambda *_: None)  # the git dir on another file system
-        monkeypatch.setattr(GitRepo, "commit", gate.around(GitRepo.commit))
-        job = asyncio.ensure_future(snapshots.snapshot(ws, "interval"))
-        await gate.wait_reached()
-        job.cancel()
-        await settle()
-        held, done = ws.exclusive.locked(), job.done()
-        gate.open.set()
-        with pytest.raises(asyncio.CancelledError):
-            await job
-        monkeypatch.undo()
-        pending = set(snapshots.repo_state(ws).dirty)
-        await snapshots.flush("shutdown")
-        return held, done, pending, len(snapshots.repo_state(ws).dirty)
-
-    held, done, pending, left = asyncio.run(go())
-
-    assert (held, done) == (True, False)  # git reads the workspace itself: no batch writes into it meanwhile
-    assert pending == {"hot"}
-    assert left == 0
+    assert (result.held, result.done) == (True, False)  # git reads the workspace itself: no batch writes meanwhile
+    assert result.pending == {"hot"}
+    assert result.left == 0
     assert "to be committed" in committed(ws, "hot/memd.json")
 
 
