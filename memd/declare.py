@@ -60,8 +60,12 @@ class Method:
     result: str  # the result's shape, in a few words
     workspace: Scope = "required"
     params: tuple[Param, ...] = ()
-    taskless: bool = False  # the handler awaits nothing but Workspace.write: the server may run it without a Task
+    # The handler awaits only futures (Workspace.write's, a thread's): the server may run it without a Task.
+    taskless: bool = False
     filtered: bool = False  # a public listing that shows each peer only the workspaces it may read
+    # Answers from the search index, not the workspace's files: dispatch does not look for outside edits first (the
+    # index holds those memd adopted, as a search across every workspace does; see docs/protocol.md).
+    reads_index: bool = False
     cli: str | None = None  # the `memd` command that calls it (every method is also `memd call NAME`)
     mcp: Tool | None = None
 

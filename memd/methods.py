@@ -374,6 +374,8 @@ METHODS: tuple[Method, ...] = (
             Param("offset", "integer", "hits skipped, for the next page", minimum=0, maximum=10_000, default=0),
         ),
         filtered=True,
+        reads_index=True,
+        taskless=True,
         cli="search",
         mcp=Tool(
             "search_memory",

@@ -66,7 +66,7 @@ class Call:
 Handler = Callable[[Call, Params], Awaitable[Any]]
 
 
-def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspace:
+def workspace_for(call: Call, raw: Mapping[str, Any], access: Access, refresh: bool = True) -> Workspace:
     name = raw.get("workspace")
     if not isinstance(name, str) or not name:
         raise InvalidParams(
@@ -89,7 +89,8 @@ def workspace_for(call: Call, raw: Mapping[str, Any], access: Access) -> Workspa
         )
     if access == "read":
         ws.check_identity()  # a swapped-in directory is an error, never another workspace's files
-        ws.refresh()
+        if refresh:
+            ws.refresh()
     return ws
 
 

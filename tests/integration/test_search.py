@@ -127,6 +127,25 @@ def test_an_outside_edit_is_adopted_into_the_index(d: RunningDaemon) -> None:
     wait_for(lambda: not hits(d, "flaky runner", workspace="beta"), "the deleted day file out of the index")
 
 
+def test_a_search_answers_from_the_index_and_a_read_or_the_watcher_brings_an_outside_edit_into_it(
+    make_daemon: Any, short_root: Path
+) -> None:
+    """A search does not stat the workspace's files first (its cost does not grow with the number of day files):
+    an edit memd has not adopted yet is not found; the next read of the workspace adopts it, and then it is."""
+    root = short_root / "u"
+    config = base_config(root, {"alpha": root / "ws" / "alpha"}, watch={"enabled": False})
+    daemon = make_daemon("u", config=config)
+    daemon.call("warm.log", workspace="alpha", action="a logged entry")
+    assert hits(daemon, "logged", workspace="alpha")
+    day = daemon.workspace("alpha") / "warm" / f"{(TODAY - timedelta(days=2)).isoformat()}.md"
+    day.write_text(day_text(TODAY, WarmEntry("07:00:00", "a handwritten entry")), encoding="utf-8")
+
+    assert hits(daemon, "handwritten", workspace="alpha") == []  # not adopted yet: no watcher, no read since
+    daemon.call("warm.recent", workspace="alpha", days=3)  # a read looks at the files and adopts the day
+    (found,) = hits(daemon, "handwritten", workspace="alpha")
+    assert found["file"] == f"warm/{day.name}"
+
+
 def test_a_reindex_from_scratch_equals_the_incremental_index(d: RunningDaemon) -> None:
     state = Path(d.config["daemon"]["state_dir"]) / "search.sqlite3"
     hits(d, "anything")  # catch up every workspace
