@@ -43,6 +43,7 @@ class Draft:
     # Each learning inserted into `cold`: (text before, where, what, text after), so the cold store can take the
     # batch in one insertion at a time (ColdStore.commit) instead of counting and parsing MEMORY.md again.
     cold_inserts: list[tuple[str, int, str, str]] = field(default_factory=list)
+    _fence_free_cold: str | None = None  # a draft text of MEMORY.md known to hold no fence (its insertions added none)
     normalize_hot: bool = False  # move memd's keys to hot/memd.json and the article's to hot/context.json
     _proposals_store: ProposalsStore | None = None
     proposals: str | None = None  # cold/PROPOSED.md's text; None: no edit touched it
@@ -82,9 +83,11 @@ class Draft:
         """Insert a learning dated `day` (default: today) into cold/MEMORY.md. Returns its date."""
         before = self.edit_cold()
         day = day or self.local.date().isoformat()
-        after, at, added = cold_format.insert_learning_at(before, category, day, text)
+        free = before is self._fence_free_cold or self._cold_store.fence_free(before)
+        after, at, added = cold_format.insert_learning_at(before, category, day, text, fence_free=free)
         self.cold_inserts.append((before, at, added, after))
         self.cold = after
+        self._fence_free_cold = after if free and not cold_format.may_fence(added) else None
         return day
 
     def edit_cold(self) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from memd.tiers import cold_format, hot_format, warm_format
 from memd.tiers.cold_format import Learning
+from memd.tiers.cold_learnings import Ranked
 from memd.tiers.hot_format import HotDoc
 from memd.tiers.warm_format import WarmEntry
 from memd.tiers.warm_store import WarmStore
@@ -133,7 +134,7 @@ def render_warm(
 COLD_MISSES = 32
 
 
-def render_cold(learnings: list[Learning], counter: TokenCounter, budget: int) -> Section:
+def render_cold(learnings: Sequence[Learning] | Ranked, counter: TokenCounter, budget: int) -> Section:
     """The learnings that fit in `budget`, in the order given. One that does not fit is passed over (a shorter,
     less relevant one may still fit) until COLD_MISSES in a row did not: then the rest are omitted unread, so a
     read costs what it returns, not the size of MEMORY.md (20,000 learnings took 250 ms to measure each)."""
@@ -248,7 +249,7 @@ def build_context(
     ws: Workspace,
     topic: str | None,
     everything: bool = False,
-    ranked: list[Learning] | None = None,
+    ranked: Ranked | None = None,
     recent: Recent | None = None,
 ) -> dict[str, Any]:
     """The assembled context text and its usage breakdown `{tier: {tokens, budget, percent}}`. What a budget left
@@ -259,7 +260,7 @@ def build_context(
     counter = ws.counter
     hot, warm, cold = (UNBOUNDED,) * 3 if everything else (budget.hot, budget.warm, budget.cold)
     days = recent if recent is not None else recent_warm(ws, ws.config.warm.recent_days)
-    learnings = ranked if ranked is not None else cold_format.relevant(ws.cold.learnings, topic)
+    learnings = ranked if ranked is not None else ws.cold.parsed.relevant(topic)
     renderers = {
         "hot": lambda b: render_hot(ws.hot.doc, counter, b),
         "warm": lambda b: warm_section(ws.warm, days, counter, b),

@@ -19,7 +19,7 @@ from memd.handlers.access import Call, result_with_usage
 from memd.handlers.proposals import context_section
 from memd.handlers.search import ranked_learnings
 from memd.params import Params
-from memd.tiers import cold_format, hot_format
+from memd.tiers import hot_format
 from memd.tiers.warm_format import WarmEntry
 from memd.workspace import Workspace
 
@@ -77,7 +77,7 @@ def _resume_packet(ws: Workspace, doc: hot_format.HotDoc, topic: str, recent: Re
             if len(activity) >= RECENT_ACTIVITY:
                 break
             activity.append(_entry_json(day.isoformat(), entry))
-    relevant = render_cold(cold_format.relevant(ws.cold.learnings, topic or None), ws.counter, ws.config.budget.cold)
+    relevant = render_cold(ws.cold.parsed.relevant(topic or None), ws.counter, ws.config.budget.cold)
     return {
         "task": doc.get("task", ""),
         "current_step": doc.get("current_step", ""),
@@ -258,7 +258,7 @@ async def cold_get(call: Call, p: Params) -> Any:
     ws = call.ws
     topic = p.optional_text("topic")
     ranked = await ranked_learnings(call, ws, topic)
-    relevant = ranked if ranked is not None else cold_format.relevant(ws.cold.learnings, topic)
+    relevant = ranked if ranked is not None else ws.cold.parsed.relevant(topic)
     section = render_cold(relevant, ws.counter, ws.config.budget.cold)
     return result_with_usage(
         ws,

@@ -54,9 +54,9 @@ async def proposals_accept(call: Call, p: Params) -> Any:
         replaced = False
         if proposal.supersedes is not None:
             old_day, old_text = proposal.supersedes
-            for learning in cold_format.parse_memory(memory):
+            for line, learning in cold_format.located_learnings(memory):
                 if (learning.date, learning.text) == (old_day, old_text):
-                    memory = cold_format.remove_line(memory, learning.line)
+                    memory = cold_format.remove_line(memory, line)
                     replaced = True
                     break
         draft.cold = memory

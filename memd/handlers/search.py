@@ -17,7 +17,7 @@ from memd.params import Params
 from memd.search import query as q
 from memd.search.service import Request
 from memd.tiers import cold_format
-from memd.tiers.cold_format import Learning
+from memd.tiers.cold_learnings import Ranked
 from memd.workspace import Workspace
 
 TIERS = ("hot", "warm", "cold")
@@ -73,17 +73,20 @@ async def memory_reindex(call: Call, p: Params) -> Any:
     return await call.services.search.reindex(list(call.services.workspaces().values()), everything=True)
 
 
-async def ranked_learnings(call: Call, ws: Workspace, topic: str | None) -> list[Learning] | None:
+async def ranked_learnings(call: Call, ws: Workspace, topic: str | None) -> Ranked | None:
     """The learnings for `topic`, best first, ranked by the search index (BM25 over stemmed words, then
-    substrings), followed by any the substring rule of cold_format.relevant finds that the index did not; None
-    (use cold_format.relevant) without a topic or when the index cannot answer promptly."""
+    substrings), followed by any the substring rule of cold_format.relevant finds that the index did not (made
+    only if a read renders that far: the index's own fill the budget when it finds enough); None (use
+    cold_format.relevant) without a topic or when the index cannot answer promptly."""
     if not topic:
         return None
     found = await call.services.search.rank_cold(ws, topic)
     if found is None:
         return None
-    learnings = ws.cold.learnings
-    by_content = ws.cold.by_content()
+    parsed = ws.cold.parsed
+    by_content = parsed.by_content()
     ranked = list(dict.fromkeys(by_content[key] for key in found if key in by_content))
-    chosen = set(ranked)
-    return ranked + [lr for lr in cold_format.relevant(learnings, topic) if lr not in chosen]
+    matches = cold_format.matcher(cold_format.topic_words(topic))
+    # The rule's learnings that are copies of a ranked one are not listed again.
+    listed = sum(parsed.copies(lr) for lr in ranked if matches(lr))
+    return Ranked(ranked, lambda: parsed.relevant(topic), len(ranked) + parsed.relevant_count(topic) - listed)

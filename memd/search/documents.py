@@ -166,8 +166,8 @@ def warm_day(data: bytes, day: str, start: DayTail | None = None) -> tuple[list[
 
 def cold(text: str) -> list[Doc]:
     return [
-        Doc("cold", "learning", lr.date, None, lr.line + 1, lr.line + 1, lr.category, lr.text)
-        for lr in cold_format.parse_memory(text)
+        Doc("cold", "learning", lr.date, None, line + 1, line + 1, lr.category, lr.text)
+        for line, lr in cold_format.located_learnings(text)
     ]
 
 

@@ -66,7 +66,8 @@ class Searcher:
         only the trigram index finds (substrings: parts of identifiers, CJK), then, for a query with a term under
         three characters that found nothing as words, a scan. A query still running after `seconds` is stopped
         with InvalidParams (see QUERY_SECONDS). `texts`: each hit has its document's whole `text` instead of a
-        snippet (a ranking that looks the documents up by content: no snippet is made)."""
+        snippet, and nothing but `file` and `heading` besides (a ranking that looks the documents up by content:
+        no snippet is made, no other column read)."""
         deadline = time.monotonic() + seconds
         self.conn.set_progress_handler(lambda: time.monotonic() >= deadline, _PROGRESS_STEPS)
         try:
@@ -136,28 +137,28 @@ class Searcher:
             sql = (
                 f"WITH cand AS MATERIALIZED (SELECT rowid AS id, bm25({table}, {HEADING_WEIGHT}, 1.0) AS r "
                 f"FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) "
-                f"SELECT d.id, -cand.r * {weight} AS score, (SELECT count(*) FROM cand) "
+                f"SELECT d.id, -cand.r * {weight} AS score, (SELECT count(*) FROM cand), d.file, d.heading, d.body "
                 f"FROM cand JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
             )
             found = self.conn.execute(sql, [user, cap, *weight_args, *args, limit + len(seen)]).fetchall()
             skip = set(seen)
-            ranked = [(i, s) for i, s, _ in found if i not in skip][:limit]
+            ranked = [row for row in found if row[0] not in skip][:limit]
             candidates = found[0][2] if found else self._count(table, user, cap)
             if len(ranked) >= limit or candidates < cap or cap >= 1 << 24:
                 break
             cap *= 8  # the scope's rows filter out most candidates (many workspaces, a date range): look further
         if not ranked:
             return []
-        ids = [i for i, _ in ranked]
-        rows = self._docs(ids)
-        how = "substring" if table == "grams" else "words"
         if texts:
-            return [self._hit(rows[i], s, None, how) for i, s in ranked if i in rows]
+            return [_text_hit(i, file, heading, body) for i, _, _, file, heading, body in ranked]
+        scores = [(row[0], row[1]) for row in ranked]
+        ids = [i for i, _ in scores]
+        rows = self._docs(ids)
         if table == "grams":
             needles = [t.text for c in query.positive for t in c.terms]
-            return [self._hit(rows[i], s, _snippet(rows[i], needles), "substring") for i, s in ranked if i in rows]
+            return [self._hit(rows[i], s, _snippet(rows[i], needles), "substring") for i, s in scores if i in rows]
         snippets = self._snippets(user, [(i, rows[i][9], rows[i][11]) for i in ids if i in rows])
-        return [self._hit(rows[i], s, snippets.get(i, ""), "words") for i, s in ranked if i in rows]
+        return [self._hit(rows[i], s, snippets.get(i, ""), "words") for i, s in scores if i in rows]
 
     def _snippets(self, match: str, rows: list[tuple[int, str, str]]) -> dict[int, str]:
         """FTS5 snippets of a few rows: they are indexed alone in a temporary table and matched there (asking the
@@ -194,14 +195,15 @@ class Searcher:
             conditions.append(f"NOT ({inner})" if clause.excluded else f"({inner})")
             args += [q.like_pattern(t) for t in clause.terms]
         sql = (
-            f"SELECT d.id FROM docs d WHERE {where} AND {' AND '.join(conditions)} "
+            f"SELECT d.id, d.file, d.heading, d.body FROM docs d WHERE {where} AND {' AND '.join(conditions)} "
             "ORDER BY d.dayn DESC, d.id DESC LIMIT ?"
         )
         skip = set(seen)
-        ids = [r[0] for r in self.conn.execute(sql, [*args, limit + len(seen)]) if r[0] not in skip][:limit]
-        rows = self._docs(ids)
+        found = [r for r in self.conn.execute(sql, [*args, limit + len(seen)]) if r[0] not in skip][:limit]
         if texts:
-            return [self._hit(rows[i], 0.0, None, "substring") for i in ids if i in rows]
+            return [_text_hit(*row) for row in found]
+        ids = [r[0] for r in found]
+        rows = self._docs(ids)
         needles = [t.text for c in query.positive for t in c.terms]
         return [self._hit(rows[i], 0.0, _snippet(rows[i], needles), "substring") for i in ids if i in rows]
 
@@ -237,6 +239,11 @@ class Searcher:
         if ref is not None:
             hit["id"] = ref
         return hit
+
+
+def _text_hit(doc_id: int, file: str, heading: str, body: str) -> dict[str, Any]:
+    """A hit of a search for texts: what a ranking by content reads, nothing else."""
+    return {"file": file, "heading": heading, "text": body, "_id": doc_id}
 
 
 def _one_line(text: str) -> str:

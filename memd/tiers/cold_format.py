@@ -14,10 +14,9 @@ Imports only memd.textfmt.
 
 from __future__ import annotations
 
-import bisect
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date
 from typing import NamedTuple
 
@@ -35,13 +34,20 @@ _WORD_RE = re.compile(r"\w+")
 
 
 class Learning(NamedTuple):
-    """A learning as read from MEMORY.md. A named tuple, not a dataclass: a learning inserted near the top moves
-    every one after it a line down (parsed_after_insert), and a tuple is made in less than half the time."""
+    """A learning as read from MEMORY.md, without where it is: the cold store keeps its learnings across insertions
+    that move every one below a line down (memd.tiers.cold_learnings); `located_learnings` says where each is."""
 
     category: str  # "" for a learning above the first section
     date: str  # "YYYY-MM-DD"
     text: str
-    line: int  # 0-based line number in the file
+
+
+class Section(NamedTuple):
+    """A `## ` heading line outside fences, as `parse_sections` finds it."""
+
+    offset: int  # where its line starts in the text
+    category: str
+    first: int  # index, in the learnings of the text, of the first learning below it (their count when none is)
 
 
 def _split_lines(text: str) -> list[str]:
@@ -90,23 +96,46 @@ fenced_lines = _fenced_lines
 heading_text = _heading_text
 
 
-def parse_memory(text: str) -> list[Learning]:
-    """Every learning in file order, with the `## ` section it sits under. Never raises."""
+def parse_sections(text: str) -> tuple[list[Learning], list[int], list[Section]]:
+    """Every learning in file order with the `## ` section it sits under, the 0-based line of each, and the
+    sections. Never raises."""
     lines = _split_lines(text)
     fenced = _fenced_lines(lines)
     learnings: list[Learning] = []
+    numbers: list[int] = []
+    sections: list[Section] = []
     category = ""
+    offset = 0
     for number, raw in enumerate(lines):
+        start, offset = offset, offset + len(raw) + 1
         if number in fenced:
             continue
         heading = _heading_text(raw)
         if heading is not None:
             category = unescape_inline(heading)
+            sections.append(Section(start, category, len(learnings)))
             continue
         match = _LEARNING_RE.fullmatch(_content(raw))
         if match is not None:
-            learnings.append(Learning(category, match[1], unescape_inline(match[2] or ""), number))
-    return learnings
+            learnings.append(Learning(category, match[1], unescape_inline(match[2] or "")))
+            numbers.append(number)
+    return learnings, numbers, sections
+
+
+def parse_memory(text: str) -> list[Learning]:
+    """Every learning in file order, with the `## ` section it sits under. Never raises."""
+    return parse_sections(text)[0]
+
+
+def located_learnings(text: str) -> list[tuple[int, Learning]]:
+    """Every learning in file order with its 0-based line number. Never raises."""
+    learnings, numbers, _ = parse_sections(text)
+    return list(zip(numbers, learnings, strict=True))
+
+
+def learning_line(text: str) -> re.Match[str] | None:
+    """A line (without its line end) read as a learning line: groups 1, the day, and 2, the text (escaped)."""
+    return _LEARNING_RE.fullmatch(_content(text))
 
 
 def _check_day(day: str) -> None:
@@ -143,12 +172,15 @@ def insert_learning(document: str, category: str, day: str, text: str) -> str:
     return insert_learning_at(document, category, day, text)[0]
 
 
-def insert_learning_at(document: str, category: str, day: str, text: str) -> tuple[str, int, str]:
+def insert_learning_at(
+    document: str, category: str, day: str, text: str, fence_free: bool = False
+) -> tuple[str, int, str]:
     """`insert_learning`, and where and what it inserted: (result, at, added), the result being
-    `document[:at] + added + document[at:]` (an empty document gets the preamble as part of `added`)."""
+    `document[:at] + added + document[at:]` (an empty document gets the preamble as part of `added`).
+    `fence_free`: the caller knows `not may_fence(document)` (a look through all of it, ~1 ms a MB)."""
     line = render_learning(day, text)
     heading = escape_category(category)
-    if not _may_fence(document):
+    if fence_free or not may_fence(document):
         insert_at = _section_start(document, heading)
         if insert_at is not None:
             return document[:insert_at] + line + document[insert_at:], insert_at, line
@@ -187,7 +219,7 @@ def _insert_by_lines(document: str, heading: str, line: str) -> tuple[str, int, 
     return document[:insert_at] + line + document[insert_at:], insert_at, line
 
 
-def _may_fence(document: str) -> bool:
+def may_fence(document: str) -> bool:
     return "```" in document or "~~~" in document
 
 
@@ -220,48 +252,6 @@ def _section_start(document: str, heading: str) -> int | None:
     return None
 
 
-def parsed_after_insert(learnings: list[Learning], document: str, at: int, added: str) -> list[Learning] | None:
-    """`parse_memory(document[:at] + added + document[at:])`, from `learnings` (`parse_memory(document)`) when
-    `added` is one learning line inserted at the start of a line (what `insert_learning` does under an existing
-    section), without reading the rest of the document; None when that cannot be told this way (anything else
-    inserted, a document that may hold fences): parse the new document instead."""
-    # An insertion found by comparing the two texts may start inside a line: a learning inserted before another
-    # shares its first characters ("- [2026-12-0"), and the first difference comes after them. The same
-    # insertion, moved back over what it shares, starts at the line's start.
-    while at and document[at - 1] != "\n" and added and document[at - 1] == added[-1]:
-        at -= 1
-        added = added[-1] + added[:-1]
-    if added.count("\n") != 1 or not added.endswith("\n") or (at and document[at - 1] != "\n"):
-        return None
-    if _may_fence(document) or _may_fence(added) or at > len(document):
-        return None
-    match = _LEARNING_RE.fullmatch(_content(added[:-1]))
-    if match is None:
-        return None
-    number = document.count("\n", 0, at)
-    index = bisect.bisect_left(learnings, number, key=lambda lr: lr.line)
-    category = ""
-    end = at  # the category: from the nearest heading or learning above, walking up line by line
-    for above in range(number - 1, -1, -1):
-        start = document.rfind("\n", 0, end - 1) + 1
-        raw = document[start : end - 1]
-        heading = _heading_text(raw)
-        if heading is not None:
-            category = unescape_inline(heading)
-            break
-        if index and learnings[index - 1].line == above:
-            category = learnings[index - 1].category
-            break
-        end = start
-    inserted = Learning(category, match[1], unescape_inline(match[2] or ""), number)
-    make = tuple.__new__  # Learning's own constructor, without its argument handling (~2.5x faster)
-    return [
-        *learnings[:index],
-        inserted,
-        *(make(Learning, (lr[0], lr[1], lr[2], lr[3] + 1)) for lr in learnings[index:]),
-    ]
-
-
 def remove_line(document: str, line: int) -> str:
     """`document` without its line number `line` (0-based) and that line's end: what accepting a proposal that
     supersedes a learning does to the learning's line (memd.handlers.proposals). Every other byte stays."""
@@ -276,33 +266,67 @@ _DATE = operator.itemgetter(1)  # Learning.date
 _SCORE = operator.itemgetter(0)
 
 
-def _words(topic: str) -> list[str]:
-    return list(dict.fromkeys(w.lower() for w in _WORD_RE.findall(topic) if len(w) >= 2))
+def topic_words(topic: str | None) -> list[str]:
+    """The words of `topic` that `relevant` matches: distinct, lowercased, 2+ characters."""
+    return list(dict.fromkeys(w.lower() for w in _WORD_RE.findall(topic or "") if len(w) >= 2))
 
 
-def relevant(learnings: Sequence[Learning], topic: str | None) -> list[Learning]:
+def newest_first(learnings: Sequence[Learning]) -> list[Learning]:
+    """Learnings by date, newest first; those of one date in file order."""
+    return sorted(learnings, key=_DATE, reverse=True)
+
+
+def matches(learning: Learning, words: Sequence[str]) -> bool:
+    """Would `relevant` list this learning for a topic of these `words` (topic_words)?"""
+    return matcher(words)(learning)
+
+
+def matcher(words: Sequence[str]) -> Callable[[Learning], bool]:
+    """`matches` for many learnings: each category is looked at once (a file has few), a text only when its
+    category does not match already."""
+    if not words:
+        return lambda _: True
+    categories: dict[str, bool] = {}
+
+    def match(learning: Learning) -> bool:
+        found = categories.get(learning.category)
+        if found is None:
+            low = learning.category.lower()
+            found = categories[learning.category] = any(w in low for w in words)
+        if found:
+            return True
+        text = learning.text.lower()
+        return any(w in text for w in words)
+
+    return match
+
+
+def relevant(
+    learnings: Sequence[Learning], topic: str | None, by_date: Sequence[Learning] | None = None
+) -> list[Learning]:
     """Learnings for `topic`, best first; all of them, newest first, when there is no topic.
 
     Each distinct topic word (2+ characters) scores 2 when found in the category and 1 when found in the text
     (case-insensitive substrings); only learnings scoring above 0 are kept, ordered by score then date,
     newest first. A topic without any such word counts as no topic: better the newest learnings than none.
+    `by_date`: `newest_first(learnings)`, when the caller keeps it.
     """
-    newest_first = sorted(learnings, key=_DATE, reverse=True)
-    words = _words(topic or "")
+    ordered = list(by_date) if by_date is not None else newest_first(learnings)
+    words = topic_words(topic)
     if not words:
-        return newest_first
+        return ordered
     # A category's score once per category (a file has few), and one word (most topics) without a generator:
     # this runs on every read with a topic, over every learning (55 ms at 20,000 learnings before, ~8 ms now).
     by_category = {c: 2 * sum(w in c.lower() for w in words) for c in {item.category for item in learnings}}
     scored: list[tuple[int, Learning]] = []
     if len(words) == 1:
         word = words[0]
-        for item in newest_first:
+        for item in ordered:
             score = by_category[item.category] + (word in item.text.lower())
             if score:
                 scored.append((score, item))
     else:
-        for item in newest_first:
+        for item in ordered:
             text = item.text.lower()
             score = by_category[item.category] + sum(w in text for w in words)
             if score:

@@ -74,9 +74,9 @@ def parse(text: str) -> list[Proposal]:
     lines = text.split("\n") if text else []
     proposals: list[Proposal] = []
     seen: set[str] = set()
-    for learning in cold_format.parse_memory(text):
+    for line, learning in cold_format.located_learnings(text):
         meta: dict[str, str] = {}
-        end = learning.line + 1
+        end = line + 1
         while end < len(lines):
             match = _META_RE.fullmatch(lines[end].removesuffix("\r"))
             if match is None or match[1] in meta:
@@ -104,7 +104,7 @@ def parse(text: str) -> list[Proposal]:
                 action,
                 meta.get("kind", ""),
                 supersedes,
-                learning.line,
+                line,
                 end,
             )
         )

@@ -147,7 +147,7 @@ def test_warm_and_cold_stay_within_every_budget_from_zero_up(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["", "Ops", "CJK 测试", "emoji 🙂"]), st.text(max_size=60)), max_size=30))
 def test_the_cold_usage_is_the_count_of_the_cold_text(counter: TokenCounter, items: list[tuple[str, str]]) -> None:
-    learnings = [cold_format.Learning(c, "2026-01-01", t, i) for i, (c, t) in enumerate(items)]
+    learnings = [cold_format.Learning(c, "2026-01-01", t) for c, t in items]
     for budget in (0, 9, 40, 400, 20_000):
         section = render_cold(learnings, counter, budget)
 
@@ -157,8 +157,8 @@ def test_the_cold_usage_is_the_count_of_the_cold_text(counter: TokenCounter, ite
 def test_cold_passes_over_a_learning_too_long_for_the_room_left_but_does_not_read_the_whole_tier_for_one(
     counter: TokenCounter,
 ) -> None:
-    short = [cold_format.Learning("Ops", "2026-01-01", f"short {i}", i) for i in range(3)]
-    long = [cold_format.Learning("Ops", "2026-01-01", "long " + "word " * 40, 10 + i) for i in range(20_000)]
+    short = [cold_format.Learning("Ops", "2026-01-01", f"short {i}") for i in range(3)]
+    long = [cold_format.Learning("Ops", "2026-01-01", "long " + "word " * 40) for _ in range(20_000)]
     looked_at: list[str] = []
 
     class Counting(TokenCounter):

@@ -277,9 +277,9 @@ def test_a_line_written_by_hand_gets_a_stable_id_and_prose_is_kept() -> None:
 
 
 def test_removing_a_superseded_learning_line_leaves_the_rest_of_memory_md() -> None:
-    (_, testing, _) = cold_format.parse_memory(MEMORY)
+    (_, (line, _), _) = cold_format.located_learnings(MEMORY)
 
-    assert cold_format.remove_line(MEMORY, testing.line) == MEMORY.replace("- [2026-01-01] run pytest with -x\n", "")
+    assert cold_format.remove_line(MEMORY, line) == MEMORY.replace("- [2026-01-01] run pytest with -x\n", "")
 
 
 # --- the LLM's answer ---------------------------------------------------------------------------------------------

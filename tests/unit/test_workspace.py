@@ -414,16 +414,16 @@ def test_a_context_json_replaced_by_another_tool_is_adopted(ws: Workspace) -> No
 def test_the_learnings_memd_holds_follow_each_learning_it_adds_without_parsing_the_file_again(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    parse = cold_format.parse_memory
+    sections = cold_format.parse_sections
     parses: list[int] = []
-    monkeypatch.setattr(cold_format, "parse_memory", lambda text: parses.append(1) or parse(text))
+    monkeypatch.setattr(cold_format, "parse_sections", lambda text: parses.append(1) or sections(text))
     run(learn("Testing", "first"), learn("Ops", "second"), learn("Deploy", "third"), ws=ws)
     assert [lr.text for lr in ws.cold.learnings] == ["first", "second", "third"]
     parses.clear()
 
     for i in range(20):  # into sections that exist: each learning is added to what memd holds
         run(learn(("Testing", "Ops", "Deploy")[i % 3], f"learning {i}"), ws=ws)
-        assert ws.cold.learnings == parse((ws.root / "cold" / "MEMORY.md").read_text())
+        assert ws.cold.learnings == sections((ws.root / "cold" / "MEMORY.md").read_text())[0]
         assert ws.cold.tokens == ws.counter.count(ws.cold.text)
     assert parses == []
 
@@ -433,10 +433,10 @@ def test_a_batch_of_learnings_is_taken_one_insertion_at_a_time_and_an_undone_one
 ) -> None:
     run(learn("Testing", "first"), learn("Ops", "second"), ws=ws)
     assert ws.cold.learnings
-    parse, count = cold_format.parse_memory, ws.counter.count
+    sections, count = cold_format.parse_sections, ws.counter.count
     parses: list[int] = []
     whole: list[int] = []
-    monkeypatch.setattr(cold_format, "parse_memory", lambda text: parses.append(1) or parse(text))
+    monkeypatch.setattr(cold_format, "parse_sections", lambda text: parses.append(1) or sections(text))
     monkeypatch.setattr(ws.counter, "count", lambda text: whole.append(len(text)) or count(text))
 
     def learn_then_fail(draft: Draft) -> None:
@@ -447,9 +447,27 @@ def test_a_batch_of_learnings_is_taken_one_insertion_at_a_time_and_an_undone_one
 
     text = (ws.root / "cold" / "MEMORY.md").read_text()
     assert "undone" not in text and all(f"batched {i}" in text for i in range(6))
-    assert ws.cold.learnings == parse(text)
+    assert ws.cold.learnings == sections(text)[0]
     assert parses == [] and max(whole) < len(text) // 2  # neither parsed nor counted whole
     assert ws.cold.tokens == count(text)
+
+
+def test_a_fence_written_by_hand_is_seen_by_the_next_learning_and_the_learnings_memd_holds(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memd looks for fences once per text and carries "none" across its own insertions; a person's fence around a
+    "## Testing" line must still keep the next learning out of the code block."""
+    run(learn("Testing", "first"), learn("Testing", "second"), ws=ws)
+    fenced = "## Example\n```md\n## Testing\n- [2024-01-01] inside a code sample\n```\n"
+    memory_md(ws).write_text(fenced + memory_md(ws).read_text(encoding="utf-8"), encoding="utf-8")
+
+    run(learn("Testing", "third"), ws=ws)
+    run(learn("Testing", "fourth"), ws=ws)
+
+    text = memory_md(ws).read_text(encoding="utf-8")
+    assert text.startswith(fenced)  # nothing inserted into the code sample
+    assert [lr.text for lr in cold_format.parse_memory(text)] == ["fourth", "third", "second", "first"]
+    assert ws.cold.learnings == cold_format.parse_memory(text)
 
 
 def test_an_outside_edit_of_memory_md_is_kept_when_a_learning_is_added(ws: Workspace) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from memory_docs import LINE_BREAKS, categories, category_names, documents, unfenced, values
 
 from memd.tiers import cold_format
 from memd.tiers.cold_format import (
@@ -16,7 +17,6 @@ from memd.tiers.cold_format import (
     relevant,
     render_learning,
 )
-from memd.tiers.cold_store import insertion_point
 
 # A MEMORY.md that people have been editing: prose, odd blank lines, CRLF here and there, trailing spaces,
 # a code sample with a "## " line in it, a learning above the first section.
@@ -61,17 +61,18 @@ def learnings_in(document: str, category: str) -> list[str]:
 
 
 def test_learnings_are_read_with_their_section_date_text_and_line() -> None:
-    assert parse_memory(HAND_EDITED) == [
-        Learning("", "2024-01-01", "stray learning above any section", 1),
-        Learning("Auth", "2024-03-01", "JWT secrets live in vault", 9),
-        Learning("Auth", "2024-02-01", "tokens expire after 1h", 10),
-        Learning("Testing", "2024-03-05", "run pytest with -x", 19),
+    assert cold_format.located_learnings(HAND_EDITED) == [
+        (1, Learning("", "2024-01-01", "stray learning above any section")),
+        (9, Learning("Auth", "2024-03-01", "JWT secrets live in vault")),
+        (10, Learning("Auth", "2024-02-01", "tokens expire after 1h")),
+        (19, Learning("Testing", "2024-03-05", "run pytest with -x")),
     ]
+    assert parse_memory(HAND_EDITED) == [learning for _, learning in cold_format.located_learnings(HAND_EDITED)]
 
 
 def test_headings_and_texts_are_unescaped() -> None:
     text = "## a\\nb\n- [2024-01-01] x\\\\y\\nz\n"
-    assert parse_memory(text) == [Learning("a\nb", "2024-01-01", "x\\y\nz", 1)]
+    assert parse_memory(text) == [Learning("a\nb", "2024-01-01", "x\\y\nz")]
 
 
 def test_lines_that_are_neither_headings_nor_learnings_are_prose() -> None:
@@ -81,13 +82,13 @@ def test_lines_that_are_neither_headings_nor_learnings_are_prose() -> None:
 
 def test_a_byte_order_mark_does_not_hide_the_first_heading() -> None:
     document = "\ufeff## A\r\n- [2024-01-01] a\r\n"
-    assert parse_memory(document) == [Learning("A", "2024-01-01", "a", 1)]
+    assert parse_memory(document) == [Learning("A", "2024-01-01", "a")]
     assert insert_learning(document, "A", "2024-04-01", "b") == "\ufeff## A\r\n- [2024-04-01] b\n- [2024-01-01] a\r\n"
 
 
 def test_an_unclosed_fence_does_not_hide_the_rest_of_the_file() -> None:
     text = "## A\n```\n## B\n- [2024-01-01] x\n"
-    assert parse_memory(text) == [Learning("B", "2024-01-01", "x", 3)]
+    assert cold_format.located_learnings(text) == [(3, Learning("B", "2024-01-01", "x"))]
 
 
 def test_parsing_never_raises_on_any_text() -> None:
@@ -218,7 +219,6 @@ HOSTILE = [
 
 # Every line break markdown or Unicode knows: markdown ends a line at LF, CR and CRLF; str.splitlines(), editors
 # and many renderers also at VT, FF, FS, GS, RS, NEL, LS and PS.
-LINE_BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)
@@ -241,25 +241,18 @@ def test_an_inserted_learning_holds_no_line_break_any_reader_would_split_on(brk:
 
     added = result.removeprefix(HAND_EDITED)
     assert added.splitlines() == added.split("\n")[:-1]  # LF is the only line break memd writes
-    assert [item for item in parse_memory(result) if item.date == "2024-04-01"] == [
-        Learning(value.strip(), "2024-04-01", value, len(result.split("\n")) - 2)
+    assert [(line, item) for line, item in cold_format.located_learnings(result) if item.date == "2024-04-01"] == [
+        (len(result.split("\n")) - 2, Learning(value.strip(), "2024-04-01", value))
     ]
 
 
 def test_a_line_break_written_by_hand_inside_a_line_is_content() -> None:
     text = "## A\u2028B\n- [2024-01-01] x\x85y \\u0041\n"
 
-    assert parse_memory(text) == [Learning("A\u2028B", "2024-01-01", "x\x85y \\u0041", 1)]
+    assert parse_memory(text) == [Learning("A\u2028B", "2024-01-01", "x\x85y \\u0041")]
 
 
 # --- properties ---------------------------------------------------------------------------------------------
-
-PIECES = ["\n", "\r\n", "## ", "# ", "- [2024-01-01] ", "```", "~~~", "A", "B", "x", " ", "\\", "\\n", "é"]
-documents = st.one_of(st.text(), st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
-values = st.one_of(
-    st.text(), st.lists(st.sampled_from([*PIECES, *LINE_BREAKS, "\\u2028", "u2028"]), max_size=8).map("".join)
-)
-categories = values.filter(lambda c: c.strip() != "")
 
 
 @settings(max_examples=300, deadline=None)
@@ -289,13 +282,6 @@ def test_insert_only_adds_bytes(document: str, category: str, text: str) -> None
     assert result == f"{base}\n## {escape_category(category)}\n{line}"
 
 
-# Documents without fences, where insert_learning finds the section by searching for its heading and a commit
-# updates the parsed learnings instead of parsing the document again.
-UNFENCED = [p for p in PIECES if p not in ("```", "~~~")] + ["## A\n", "## B\n", "- [2024-02-02] y\n", "\ufeff"]
-unfenced = st.lists(st.sampled_from(UNFENCED), max_size=60).map("".join)
-category_names = st.sampled_from(["A", "B", "x", "A B", "é"])
-
-
 @settings(max_examples=500, deadline=None)
 @given(unfenced, category_names, values)
 def test_finding_the_section_by_its_heading_inserts_where_reading_every_line_does(
@@ -315,28 +301,12 @@ def test_where_and_what_an_insertion_added_is_reported_exactly(document: str, ca
     assert result == document[:at] + added + document[at:]
 
 
-@settings(max_examples=500, deadline=None)
-@given(st.one_of(unfenced, documents), category_names, values)
-def test_the_learnings_after_an_insertion_are_what_parsing_the_new_document_reads(
-    document: str, category: str, text: str
-) -> None:
-    result = insert_learning(document, category, "2024-04-01", text)
-    at, added = insertion_point(document, result)
-
-    updated = cold_format.parsed_after_insert(parse_memory(document), document, at, added)
-
-    assert updated is None or updated == parse_memory(result)
-    new_section = result.count("## ") > document.count("## ")
-    if not cold_format._may_fence(result) and parse_memory(document) and not new_section and document.endswith("\n"):
-        assert updated is not None  # the common case: a learning under an existing section, no fences
-
-
 # --- relevance ----------------------------------------------------------------------------------------------
 
-L_OLD = Learning("Auth", "2024-01-01", "JWT secrets live in vault", 0)
-L_NEW = Learning("Testing", "2024-05-01", "pytest -x stops at the first failure", 1)
-L_MID = Learning("Deploy", "2024-03-01", "auth service needs a restart after key rotation", 2)
-L_MID_TOO = Learning("Misc", "2024-03-01", "nothing related", 3)
+L_OLD = Learning("Auth", "2024-01-01", "JWT secrets live in vault")
+L_NEW = Learning("Testing", "2024-05-01", "pytest -x stops at the first failure")
+L_MID = Learning("Deploy", "2024-03-01", "auth service needs a restart after key rotation")
+L_MID_TOO = Learning("Misc", "2024-03-01", "nothing related")
 ALL = [L_OLD, L_NEW, L_MID, L_MID_TOO]
 
 
@@ -350,10 +320,10 @@ def test_a_category_match_outweighs_a_text_match() -> None:
 
 
 def test_matches_add_up_and_ties_go_to_the_newest() -> None:
-    a = Learning("Auth", "2024-01-01", "x", 0)
-    b = Learning("Other", "2024-02-01", "auth and jwt", 1)
-    c = Learning("Other", "2024-03-01", "jwt only", 2)
-    d = Learning("Auth", "2023-01-01", "jwt rotation", 3)
+    a = Learning("Auth", "2024-01-01", "x")
+    b = Learning("Other", "2024-02-01", "auth and jwt")
+    c = Learning("Other", "2024-03-01", "jwt only")
+    d = Learning("Auth", "2023-01-01", "jwt rotation")
     # Scores: d = 2 + 1, a = 2, b = 1 + 1, c = 1; a and b tie and the newer comes first.
     assert relevant([a, b, c, d], "JWT auth") == [d, b, a, c]
     assert relevant([d, c, b, a], "jwt, AUTH! jwt") == [d, b, a, c]

@@ -1,0 +1,167 @@
+"""The learnings of cold/MEMORY.md as the cold store keeps them between two reads of the file.
+
+A `Learnings` is the parse of one text: the learnings in file order and where each `## ` section starts. The
+learning memd inserts (`cold.learn`, an accepted proposal) becomes a new `Learnings` without reading the rest of
+the document: its section is found among the headings' offsets, and nothing else moves but the sections below
+it. The lookups reads make are kept with it: by content (a topic's ranking names learnings by content), newest
+first, and how many learnings each recent topic matches. Each is made at most once per text, and the ones an
+insertion can update in place (by content, the counts) are handed on to the next `Learnings`, so a read after a
+`cold.learn` costs what it returns, not the size of MEMORY.md. Pure: no I/O. Imports the cold format.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator
+
+from memd.textfmt import unescape_inline
+from memd.tiers import cold_format
+from memd.tiers.cold_format import Learning, Section
+
+# The topics whose match count a `Learnings` keeps (the counts move with every insertion: one test per topic).
+COUNTED_TOPICS = 64
+
+Content = tuple[str, str]  # (category, text)
+
+
+class Learnings:
+    """The learnings of one MEMORY.md text (see the module docstring). Not changed once made, but for its caches,
+    which the `Learnings` an insertion makes takes over."""
+
+    def __init__(self, items: list[Learning], sections: list[Section]) -> None:
+        self.items = items  # file order; never changed (a new Learnings gets a new list)
+        self._sections = sections
+        self._offsets = [s.offset for s in sections]
+        self._by_content: dict[Content, Learning] | None = None
+        self._by_date: list[Learning] | None = None
+        self._counts: OrderedDict[tuple[str, ...], int] = OrderedDict()
+        self._copies: Counter[Learning] | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Learnings:
+        items, _, sections = cold_format.parse_sections(text)
+        return cls(items, sections)
+
+    # --- reads -------------------------------------------------------------------------------------------------
+
+    def by_content(self) -> dict[Content, Learning]:
+        """The learnings by (category, text), the first of two alike as the file has them."""
+        found = self._by_content
+        if found is None:
+            found = {}
+            for learning in reversed(self.items):
+                found[(learning.category, learning.text)] = learning
+            self._by_content = found
+        return found
+
+    def copies(self, learning: Learning) -> int:
+        """How many learnings equal to `learning` (category, date and text) the file holds."""
+        found = self._copies
+        if found is None:
+            found = self._copies = Counter(self.items)
+        return found[learning]
+
+    def newest_first(self) -> list[Learning]:
+        """cold_format.newest_first of the learnings (do not change the list: it is kept)."""
+        found = self._by_date
+        if found is None:
+            found = self._by_date = cold_format.newest_first(self.items)
+        return found
+
+    def relevant(self, topic: str | None) -> list[Learning]:
+        """cold_format.relevant of the learnings."""
+        return cold_format.relevant(self.items, topic, self.newest_first())
+
+    def relevant_count(self, topic: str | None) -> int:
+        """len(self.relevant(topic)), counted once per topic and text and kept up to date across insertions."""
+        words = tuple(cold_format.topic_words(topic))
+        if not words:
+            return len(self.items)
+        count = self._counts.get(words)
+        if count is None:
+            matches = cold_format.matcher(words)
+            count = sum(1 for learning in self.items if matches(learning))
+            self._counts[words] = count
+            if len(self._counts) > COUNTED_TOPICS:
+                self._counts.popitem(last=False)
+        else:
+            self._counts.move_to_end(words)
+        return count
+
+    # --- an insertion --------------------------------------------------------------------------------------------
+
+    def inserted(self, document: str, at: int, added: str, fence_free: bool = False) -> Learnings | None:
+        """The learnings of `document[:at] + added + document[at:]`, where `document` is the text these were
+        parsed from and `added` one learning line inserted at the start of a line (what `insert_learning` adds
+        under an existing section), found without reading the rest of the document. None when that cannot be
+        told this way (anything else inserted, a document that may hold fences): parse the new text instead.
+        `fence_free`: the caller knows `not cold_format.may_fence(document)`."""
+        # An insertion found by comparing the two texts may start inside a line: a learning inserted before another
+        # shares its first characters ("- [2026-12-0"), and the first difference comes after them. The same
+        # insertion, moved back over what it shares, starts at the line's start.
+        while at and document[at - 1] != "\n" and added and document[at - 1] == added[-1]:
+            at -= 1
+            added = added[-1] + added[:-1]
+        if added.count("\n") != 1 or not added.endswith("\n") or at > len(document):
+            return None
+        if at and document[at - 1] != "\n":
+            return None
+        if (not fence_free and cold_format.may_fence(document)) or cold_format.may_fence(added):
+            return None
+        match = cold_format.learning_line(added[:-1])
+        if match is None:
+            return None
+        k = bisect.bisect_left(self._offsets, at) - 1  # the section whose heading is the last one above `at`
+        start = 0 if k < 0 else document.find("\n", self._offsets[k]) + 1
+        category = "" if k < 0 else self._sections[k].category
+        # The learnings between the heading and the insertion (none for memd's own: it inserts above the first).
+        above = sum(1 for raw in document[start:at].split("\n") if cold_format.learning_line(raw) is not None)
+        index = (0 if k < 0 else self._sections[k].first) + above
+        learning = Learning(category, match[1], unescape_inline(match[2] or ""))
+        grown = len(added)
+        sections = [
+            s if j <= k else Section(s.offset + grown, s.category, s.first + 1) for j, s in enumerate(self._sections)
+        ]
+        after = Learnings([*self.items[:index], learning, *self.items[index:]], sections)
+        self._hand_over(after, learning)
+        return after
+
+    def _hand_over(self, after: Learnings, learning: Learning) -> None:
+        """Give `after` (these learnings and `learning`, inserted) the caches an insertion keeps true; this one no
+        longer holds them (they describe `after` now)."""
+        by_content, self._by_content = self._by_content, None
+        key = (learning.category, learning.text)
+        if by_content is not None and key not in by_content:  # one alike already there may come first or after
+            by_content[key] = learning
+            after._by_content = by_content
+        copies, self._copies = self._copies, None
+        if copies is not None:
+            copies[learning] += 1
+            after._copies = copies
+        counts, self._counts = self._counts, OrderedDict()
+        for words in counts:
+            counts[words] += cold_format.matches(learning, words)
+        after._counts = counts
+
+
+class Ranked:
+    """Learnings best first, for a read that renders only what fits its budget: `first`, then those of `rest()`
+    not equal to one of them, `rest` called only if a read gets that far (it costs the size of MEMORY.md). `len()`
+    is how many there are in all (`total`), what a budget left out is counted from. May be read more than once."""
+
+    def __init__(self, first: list[Learning], rest: Callable[[], list[Learning]], total: int) -> None:
+        self.first = first
+        self._rest = rest
+        self._rest_made: list[Learning] | None = None
+        self.total = total
+
+    def __iter__(self) -> Iterator[Learning]:
+        yield from self.first
+        if self._rest_made is None:
+            chosen = set(self.first)
+            self._rest_made = [learning for learning in self._rest() if learning not in chosen]
+        yield from self._rest_made
+
+    def __len__(self) -> int:
+        return self.total

@@ -1,0 +1,134 @@
+"""Specification of the cold store's learnings across insertions (memd.tiers.cold_learnings): whatever the
+document, a `Learnings` updated by insertions reads exactly what parsing the new document reads, and so do the
+lookups it hands on (by content, copies, the per-topic counts) and a topic's ranking made from them."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memory_docs import category_names, documents, unfenced, values
+
+from memd.tiers import cold_format
+from memd.tiers.cold_format import Learning, insert_learning, insert_learning_at, parse_memory, relevant
+from memd.tiers.cold_learnings import Learnings, Ranked
+from memd.tiers.cold_store import insertion_point
+
+TOPICS = ["", "A", "zz", "ab", "xa", "é x", "ba bx", "2024"]  # words of 2+ letters the pieces make, and none
+
+
+def fresh(text: str) -> Learnings:
+    return Learnings.parse(text)
+
+
+def assert_same(updated: Learnings, text: str) -> None:
+    expected = fresh(text)
+    assert updated.items == expected.items
+    assert updated._sections == expected._sections
+    assert updated.by_content() == expected.by_content()
+    assert updated.newest_first() == expected.newest_first()
+    for topic in TOPICS:
+        assert updated.relevant_count(topic) == len(relevant(expected.items, topic)), topic
+        assert updated.relevant(topic) == relevant(expected.items, topic), topic
+    for learning in expected.items:
+        assert updated.copies(learning) == expected.items.count(learning)
+
+
+def with_lookups(parsed: Learnings) -> Learnings:
+    """`parsed`, its lookups made (so that an insertion hands them on rather than the next read making them)."""
+    parsed.by_content()
+    for topic in TOPICS:
+        parsed.relevant_count(topic)
+    if parsed.items:
+        parsed.copies(parsed.items[0])
+    return parsed
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(unfenced, documents), category_names, values)
+def test_the_learnings_after_an_insertion_are_what_parsing_the_new_document_reads(
+    document: str, category: str, text: str
+) -> None:
+    result = insert_learning(document, category, "2024-04-01", text)
+    at, added = insertion_point(document, result)
+
+    updated = with_lookups(fresh(document)).inserted(document, at, added)
+
+    if updated is not None:
+        assert_same(updated, result)
+    new_section = result.count("## ") > document.count("## ")
+    if not cold_format.may_fence(result) and parse_memory(document) and not new_section and document.endswith("\n"):
+        assert updated is not None  # the common case: a learning under an existing section, no fences
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    unfenced, st.lists(st.tuples(category_names, values, st.sampled_from(["2024-01-01", "2024-04-01"])), max_size=12)
+)
+def test_a_run_of_insertions_keeps_every_lookup_true(document: str, inserts: list[tuple[str, str, str]]) -> None:
+    parsed = with_lookups(fresh(document))
+    for category, text, day in inserts:
+        result, at, added = insert_learning_at(document, category, day, text)
+        parsed = parsed.inserted(document, at, added) or with_lookups(fresh(result))
+        document = result
+    assert_same(parsed, document)
+
+
+def test_a_learning_inserted_between_others_of_its_section_lands_between_them() -> None:
+    document = "# M\n\n## A\n- [2024-01-01] one\n- [2024-01-02] two\n\n## B\n- [2024-01-03] three\n"
+    at = document.index("- [2024-01-02]")
+    added = "- [2024-05-05] between\n"
+
+    updated = with_lookups(fresh(document)).inserted(document, at, added)
+
+    assert updated is not None
+    assert [lr.text for lr in updated.items] == ["one", "between", "two", "three"]
+    assert_same(updated, document[:at] + added + document[at:])
+
+
+def test_an_insertion_hands_its_lookups_on_and_the_learnings_before_it_keep_none() -> None:
+    document = "## A\n- [2024-01-01] one\n"
+    before = with_lookups(fresh(document))
+    _, at, added = insert_learning_at(document, "A", "2024-02-02", "two")
+
+    after = before.inserted(document, at, added)
+
+    assert after is not None and after._by_content is not None and after._counts
+    assert before._by_content is None and not before._counts and before._copies is None
+
+
+def ranked_the_plain_way(ranked: list[Learning], learnings: list[Learning], topic: str) -> list[Learning]:
+    """What ranked_learnings returned before it kept lookups: the index's, then the rest of the substring rule."""
+    chosen = set(ranked)
+    return ranked + [lr for lr in relevant(learnings, topic) if lr not in chosen]
+
+
+@settings(max_examples=300, deadline=None)
+@given(unfenced, st.sampled_from(TOPICS), st.data())
+def test_a_ranking_lists_and_counts_what_the_index_found_then_the_rest_of_the_substring_rule(
+    document: str, topic: str, data: st.DataObject
+) -> None:
+    parsed = fresh(document)
+    by_content = parsed.by_content()
+    found = data.draw(st.lists(st.sampled_from(sorted(by_content)), unique=True) if by_content else st.just([]))
+    ranked = [by_content[key] for key in found]
+    words = cold_format.topic_words(topic)
+    listed = sum(parsed.copies(lr) for lr in ranked if cold_format.matches(lr, words))
+
+    ranking = Ranked(ranked, lambda: parsed.relevant(topic), len(ranked) + parsed.relevant_count(topic) - listed)
+
+    plain = ranked_the_plain_way(ranked, parsed.items, topic)
+    assert list(ranking) == plain and list(ranking) == plain  # and read twice, the same
+    assert len(ranking) == len(plain)
+
+
+def test_the_rest_of_a_ranking_is_not_made_unless_read() -> None:
+    made: list[bool] = []
+
+    def rest() -> list[Learning]:
+        made.append(True)
+        return [Learning("B", "2024-01-01", "late")]
+
+    ranking = Ranked([Learning("A", "2024-01-02", "first")], rest, 2)
+
+    assert next(iter(ranking)).text == "first" and len(ranking) == 2 and not made
+    assert [lr.text for lr in ranking] == ["first", "late"] and made == [True]
