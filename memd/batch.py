@@ -87,7 +87,7 @@ class Draft:
         after, at, added = cold_format.insert_learning_at(before, category, day, text, fence_free=free)
         self.cold_inserts.append((before, at, added, after))
         self.cold = after
-        self._fence_free_cold = after if free and not cold_format.may_fence(added) else None
+        self._fence_free_cold = after if free and not cold_format.may_fence_after(before, at, added) else None
         return day
 
     def edit_cold(self) -> str:

@@ -60,18 +60,25 @@ class Searcher:
         )
 
     def search(
-        self, query: q.Query, f: Filters, limit: int, seconds: float = QUERY_SECONDS, texts: bool = False
+        self,
+        query: q.Query,
+        f: Filters,
+        limit: int,
+        seconds: float = QUERY_SECONDS,
+        texts: bool = False,
+        scan: bool = True,
     ) -> list[dict[str, Any]]:
         """Up to `limit` hits, best first: stemmed-word matches by BM25 times the recency weight, then matches
         only the trigram index finds (substrings: parts of identifiers, CJK), then, for a query with a term under
         three characters that found nothing as words, a scan. A query still running after `seconds` is stopped
         with InvalidParams (see QUERY_SECONDS). `texts`: each hit has its document's whole `text` instead of a
         snippet, and nothing but `file` and `heading` besides (a ranking that looks the documents up by content:
-        no snippet is made, no other column read)."""
+        no snippet is made, no other column read). `scan` False: no scan for short terms (the caller has a
+        substring rule of its own that finds the same, and a scan reads every document of the scope)."""
         deadline = time.monotonic() + seconds
         self.conn.set_progress_handler(lambda: time.monotonic() >= deadline, _PROGRESS_STEPS)
         try:
-            return self._search(query, f, limit, texts)
+            return self._search(query, f, limit, texts, scan)
         except sqlite3.OperationalError as exc:
             if time.monotonic() < deadline:
                 raise
@@ -83,14 +90,14 @@ class Searcher:
         finally:
             self.conn.set_progress_handler(None, 0)
 
-    def _search(self, query: q.Query, f: Filters, limit: int, texts: bool) -> list[dict[str, Any]]:
+    def _search(self, query: q.Query, f: Filters, limit: int, texts: bool, scan: bool) -> list[dict[str, Any]]:
         hits = self._ranked(query, "words", q.words_match(query), f, limit, (), texts)
         if len(hits) < limit:
             seen = tuple(h["_id"] for h in hits)
             grams = q.substring_match(query)
             if grams is not None:
                 hits += self._ranked(query, "grams", grams, f, limit - len(hits), seen, texts)
-            else:
+            elif scan:
                 hits += self._scan(query, f, limit - len(hits), seen, texts)
         for hit in hits:
             del hit["_id"]

@@ -321,10 +321,16 @@ class Store:
         return int(self.conn.execute("SELECT count(*) FROM docs WHERE workspace = ?", (workspace,)).fetchone()[0])
 
     def search(
-        self, query: q.Query, f: Filters, limit: int, seconds: float = QUERY_SECONDS, texts: bool = False
+        self,
+        query: q.Query,
+        f: Filters,
+        limit: int,
+        seconds: float = QUERY_SECONDS,
+        texts: bool = False,
+        scan: bool = True,
     ) -> list[dict[str, Any]]:
         """A query on the writer's own connection (tests, and the search thread when the reader cannot)."""
-        return self.searcher.search(query, f, limit, seconds, texts)
+        return self.searcher.search(query, f, limit, seconds, texts, scan)
 
     def rows(self, workspace: str) -> list[tuple[Any, ...]]:
         """Every document of a workspace, without row ids, in a stable order (tests compare two indexes)."""

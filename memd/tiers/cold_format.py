@@ -223,6 +223,12 @@ def may_fence(document: str) -> bool:
     return "```" in document or "~~~" in document
 
 
+def may_fence_after(document: str, at: int, added: str) -> bool:
+    """`may_fence(document[:at] + added + document[at:])` for a `document` known to hold no fence marker: only
+    `added` and its seams are looked at (a marker is three characters, so one across a seam lies within two of it)."""
+    return may_fence(document[max(0, at - 2) : at] + added + document[at : at + 2])
+
+
 def _section_start(document: str, heading: str) -> int | None:
     """Where `insert_learning` puts a learning under `heading` in a document without fences: before the first
     learning of the first `## heading` section, or right after its heading line when it has none (found by

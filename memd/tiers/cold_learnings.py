@@ -147,8 +147,9 @@ class Learnings:
 
 class Ranked:
     """Learnings best first, for a read that renders only what fits its budget: `first`, then those of `rest()`
-    not equal to one of them, `rest` called only if a read gets that far (it costs the size of MEMORY.md). `len()`
-    is how many there are in all (`total`), what a budget left out is counted from. May be read more than once."""
+    not equal to one of them, `rest` called only if a read gets that far and `total` says it holds any (it costs
+    the size of MEMORY.md). `len()` is how many there are in all (`total`), what a budget left out is counted
+    from. May be read more than once."""
 
     def __init__(self, first: list[Learning], rest: Callable[[], list[Learning]], total: int) -> None:
         self.first = first
@@ -158,6 +159,8 @@ class Ranked:
 
     def __iter__(self) -> Iterator[Learning]:
         yield from self.first
+        if self._rest_made is None and self.total <= len(self.first):
+            self._rest_made = []  # the count says the rest holds nothing new: not made (it reads every learning)
         if self._rest_made is None:
             chosen = set(self.first)
             self._rest_made = [learning for learning in self._rest() if learning not in chosen]

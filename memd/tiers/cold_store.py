@@ -120,7 +120,7 @@ class ColdStore:
             self.tokens += self._inserted_tokens(before, at, added)
             if parsed is not None:
                 parsed = parsed.inserted(before, at, added, fence_free=free)
-            free = free and not cold_format.may_fence(added)
+            free = free and not cold_format.may_fence_after(before, at, added)
         self._fence_free_text = text if free else None
         self.text = text
         self.raw = write.data

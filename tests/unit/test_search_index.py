@@ -426,6 +426,27 @@ def test_a_short_term_scan_of_one_workspaces_tier_reads_newest_first_and_stops_a
     assert looked_at == 5  # not every learning that matches
 
 
+def test_a_ranking_without_scan_leaves_short_terms_to_the_caller_and_reads_no_document_for_them(
+    store: Store, tmp_path: Path
+) -> None:
+    ws = source(tmp_path / "alpha")
+    (ws.root / "cold" / "MEMORY.md").write_text(
+        memory_file({"Ops": [f"learning {i} about c1 and c2" for i in range(50)]})
+    )
+    indexer.sync(store, ws, ALL_TIERS)
+    looked_at = 0
+
+    def like(pattern: str, text: str, escape: str) -> bool:
+        nonlocal looked_at
+        looked_at += 1
+        return pattern.strip("%").lower() in text.lower()
+
+    store.conn.create_function("like", 3, like)
+    assert store.search(q.parse("c9"), filters(tiers=("cold",)), 5, texts=True, scan=False) == []
+    assert looked_at == 0
+    assert len(store.search(q.parse("c1"), filters(tiers=("cold",)), 5, texts=True)) == 5  # with the scan: found
+
+
 def test_offset_pages_through_word_and_substring_hits_without_repeats(store: Store, tmp_path: Path) -> None:
     ws = source(tmp_path / "alpha")
     write_day(ws.root, TODAY, *(entry(f"0{i}:00:00", f"tokenizer step {i}") for i in range(6)))

@@ -4,14 +4,18 @@ lookups it hands on (by content, copies, the per-topic counts) and a topic's ran
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from memory_docs import category_names, documents, unfenced, values
 
+from memd import fsio
 from memd.tiers import cold_format
 from memd.tiers.cold_format import Learning, insert_learning, insert_learning_at, parse_memory, relevant
 from memd.tiers.cold_learnings import Learnings, Ranked
-from memd.tiers.cold_store import insertion_point
+from memd.tiers.cold_store import ColdStore, insertion_point
+from memd.tokens import TokenCounter
 
 TOPICS = ["", "A", "zz", "ab", "xa", "é x", "ba bx", "2024"]  # words of 2+ letters the pieces make, and none
 
@@ -132,3 +136,33 @@ def test_the_rest_of_a_ranking_is_not_made_unless_read() -> None:
 
     assert next(iter(ranking)).text == "first" and len(ranking) == 2 and not made
     assert [lr.text for lr in ranking] == ["first", "late"] and made == [True]
+
+    nothing_more = Ranked([Learning("A", "2024-01-02", "first")], rest, 1)  # the counts say the rule adds none
+    assert [lr.text for lr in nothing_more] == ["first"] and made == [True]
+
+
+@settings(max_examples=300, deadline=None)
+@given(unfenced, st.integers(min_value=0, max_value=80), values)
+def test_looking_at_an_insertion_and_its_seams_tells_a_fence_as_the_whole_text_does(
+    document: str, at: int, added: str
+) -> None:
+    document = document.replace("`", "").replace("~", "")  # no marker yet
+    at = min(at, len(document))
+    for marker_piece in ("", "`", "``", "~"):
+        text = document[:at] + marker_piece
+        whole = text + added + document[at:]
+        assert cold_format.may_fence_after(text + document[at:], len(text), added) == cold_format.may_fence(whole)
+
+
+def test_a_fence_made_across_an_insertions_seam_is_not_taken_for_none(tmp_path: Path, counter: TokenCounter) -> None:
+    path = tmp_path / "MEMORY.md"
+    path.write_text("## A\nx``\n")
+    store = ColdStore(path, counter)
+    store.load()
+    assert store.fence_free(store.text)
+    text = "## A\nx```\n"  # one backtick inserted next to two: a marker neither side held
+    path.write_text(text)
+
+    store.commit(text, store.write_for(text), fsio.Fingerprint.of_stat(path.stat()))
+
+    assert not store.fence_free(store.text)
