@@ -309,13 +309,14 @@ class SearchService:
         built from scratch, or one that failed it), after whatever the search thread is doing."""
         assert self._store is not None
         filters, limit = self._filters(sources, request, today), request.offset + request.limit + 1
+        asked = (request.query, filters, limit, request.seconds, request.texts, request.scan)
         with self._counting_stops():
             try:
-                return self._store.search(request.query, filters, limit, request.seconds, request.texts, request.scan)
+                return self._store.searcher.search(*asked)
             except sqlite3.DatabaseError as exc:
                 self._rebuild(exc)
             self._index({s.name: (s, ALL_TIERS) for s in sources})
-            return self._store.search(request.query, filters, limit, request.seconds, request.texts, request.scan)
+            return self._store.searcher.search(*asked)
 
     @contextlib.contextmanager
     def _counting_stops(self) -> Iterator[None]:

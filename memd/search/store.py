@@ -8,7 +8,8 @@
 
 Triggers keep both FTS tables in step with docs. A database of another schema version, or one SQLite cannot
 read, is deleted and built again from the files (nothing here is the only copy of anything). Not thread-safe:
-one thread (memd.search.service's) owns it. Imports memd.search.documents and memd.search.query.
+one thread (memd.search.service's) owns it; queries go through `searcher` (memd.search.searcher). Imports
+memd.search.documents and memd.search.searcher.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memd.search import query as q
 from memd.search.documents import DayTail, Doc
-from memd.search.searcher import QUERY_SECONDS, Filters, Searcher
+from memd.search.searcher import Searcher
 
 SCHEMA_VERSION = 2  # 2: docs_by_age
 _SCHEMA = f"""
@@ -319,18 +319,6 @@ class Store:
         if workspace is None:
             return int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
         return int(self.conn.execute("SELECT count(*) FROM docs WHERE workspace = ?", (workspace,)).fetchone()[0])
-
-    def search(
-        self,
-        query: q.Query,
-        f: Filters,
-        limit: int,
-        seconds: float = QUERY_SECONDS,
-        texts: bool = False,
-        scan: bool = True,
-    ) -> list[dict[str, Any]]:
-        """A query on the writer's own connection (tests, and the search thread when the reader cannot)."""
-        return self.searcher.search(query, f, limit, seconds, texts, scan)
 
     def rows(self, workspace: str) -> list[tuple[Any, ...]]:
         """Every document of a workspace, without row ids, in a stable order (tests compare two indexes)."""

@@ -91,7 +91,7 @@ def filters(*scope: str, tiers: tuple[str, ...] = ("hot", "warm", "cold"), **kw:
 
 
 def search(store: Store, text: str, f: Filters | None = None, limit: int = 20) -> list[dict[str, object]]:
-    return store.search(q.parse(text), f or filters(), limit)
+    return store.searcher.search(q.parse(text), f or filters(), limit)
 
 
 @pytest.fixture
@@ -420,7 +420,7 @@ def test_a_short_term_scan_of_one_workspaces_tier_reads_newest_first_and_stops_a
         return pattern.strip("%").lower() in text.lower()
 
     store.conn.create_function("like", 3, like)
-    hits = store.search(q.parse("c"), filters(tiers=("cold",)), 5)
+    hits = store.searcher.search(q.parse("c"), filters(tiers=("cold",)), 5)
 
     assert [h["lines"][0] for h in hits] == [3003, 3002, 3001, 3000, 2999]  # the last learnings (newest rows) first
     assert looked_at == 5  # not every learning that matches
@@ -442,9 +442,11 @@ def test_a_ranking_without_scan_leaves_short_terms_to_the_caller_and_reads_no_do
         return pattern.strip("%").lower() in text.lower()
 
     store.conn.create_function("like", 3, like)
-    assert store.search(q.parse("c9"), filters(tiers=("cold",)), 5, texts=True, scan=False) == []
+    assert store.searcher.search(q.parse("c9"), filters(tiers=("cold",)), 5, texts=True, scan=False) == []
     assert looked_at == 0
-    assert len(store.search(q.parse("c1"), filters(tiers=("cold",)), 5, texts=True)) == 5  # with the scan: found
+    assert (
+        len(store.searcher.search(q.parse("c1"), filters(tiers=("cold",)), 5, texts=True)) == 5
+    )  # with the scan: found
 
 
 def test_offset_pages_through_word_and_substring_hits_without_repeats(store: Store, tmp_path: Path) -> None:
@@ -529,9 +531,11 @@ def test_a_phrase_repeating_what_the_text_repeats_is_stopped_with_a_clear_error_
     )
     indexer.sync(store, src, ALL_TIERS, lambda: False)
     with pytest.raises(InvalidParams, match=r"stopped after 0\.2 s: .*search for fewer, shorter or more distinctive"):
-        store.search(q.parse("y" * 1500), filters(), 20, seconds=0.2)
+        store.searcher.search(q.parse("y" * 1500), filters(), 20, seconds=0.2)
     with pytest.raises(InvalidParams, match="stopped after"):
-        store.search(q.any_of("fuzz " + "y" * 1500), filters(), 1000, seconds=0.2)  # context.get's topic ranking
+        store.searcher.search(
+            q.any_of("fuzz " + "y" * 1500), filters(), 1000, seconds=0.2
+        )  # context.get's topic ranking
     assert [h["snippet"] for h in search(store, "fuzz")] == ["«fuzz» learning"]
     assert not store.conn.in_transaction
     assert len(search(store, "y" * 20)) == 1  # a shorter run is answered in time: the deadline is per query
