@@ -2,19 +2,20 @@
 
 The `Draft` is what edits see and change; a `Batch` is a draft turned into file writes, between planning and
 acknowledgement. The planner (memd.planner) makes batches, the writer (memd.writer) sequences them, and
-`fsio.write_batch` makes their writes durable in a worker thread. Imports the tiers and memd.fsio.
+`fsio.write_batch` makes their writes durable in a worker thread. Imports the tiers, memd.early_ack and memd.fsio.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, TypeVar
 
 from memd import fsio
+from memd.early_ack import EarlyAck
 from memd.tiers import cold_format, hot_format, warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_format import HotDoc
@@ -124,7 +125,7 @@ class Batch:
     draft: Draft
     today: date
     accepted: list[tuple[asyncio.Future[Any], Any]]
-    requests: list[tuple[Edit[Any], asyncio.Future[Any]]] = field(default_factory=list)
+    requests: list[tuple[Edit[Any], asyncio.Future[Any], EarlyAck | None]] = field(default_factory=list)
     replans: int = 0  # how often a person's edit made this batch plan again on their version
     warm_write: fsio.FileWrite | None = None
     cold_write: fsio.FileWrite | None = None
@@ -134,3 +135,5 @@ class Batch:
     warm_tokens: int | None = None  # counted while the write is in flight
     hot_tokens: int | None = None
     refused: OSError | None = None  # the planner found the disk would refuse this batch: it fails whole
+    early: list[tuple[EarlyAck, Any]] = field(default_factory=list)  # answers (and results) the worker may send
+    usage_after: Mapping[str, Any] | None = None  # the usage figures the early answers carry

@@ -3,7 +3,7 @@
 Records live in hot (the newest ten) and in the git history of hot/; the entries a checkpoint compressed are in its
 pre-state commit. Undo puts them back beside every write made since (not a rollback of the file) and commits the
 result; memd.checkpoint decides when an undo may run. Imports memd.checkpoint_plan, memd.checkpoint_flush,
-memd.snapshots, memd.workspace, the hot format and memd.errors.
+memd.snapshots, memd.snapshot_history, memd.workspace, memd.batch (its `Draft`), the hot format and memd.errors.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any
 
+from memd import snapshot_history
 from memd.batch import Draft
 from memd.checkpoint_flush import entry_key_in
 from memd.checkpoint_plan import keyed
@@ -94,7 +95,7 @@ async def find_record(snapshots: Snapshotter, ws: Workspace, checkpoint_id: str)
         if r.get("id") == checkpoint_id:
             return dict(r)
     if snapshots.config.enabled:
-        for commit in await snapshots.history(ws, "hot", 10_000):
+        for commit in await snapshot_history.history(snapshots, ws, "hot", 10_000):
             if checkpoint_id not in json.dumps(commit):
                 continue
             with contextlib.suppress(MemdError, ValueError):
@@ -142,7 +143,7 @@ async def doc_at(snapshots: Snapshotter, ws: Workspace, commit: str) -> HotDoc:
     for name in (hot_format.CONTEXT_FILE, hot_format.OWN_FILE):
         path = f"hot/{name}"
         try:
-            raw = await snapshots.show(ws, commit, path)
+            raw = await snapshot_history.show(snapshots, ws, commit, path)
         except NotFound:
             parts.append(None)
             continue

@@ -2,29 +2,29 @@
 
 Only the composition root (daemon, cli) calls `load_config`; everything else receives the pieces it needs.
 Unknown keys are errors naming the full key path; every problem is collected, not just the first. Paths expand
-`~` and `$VARS` from the environment passed in (never read implicitly). Range checks live in memd.config_checks.
-Imports memd.config_checks, memd.locate and memd.errors.
+`~` and `$VARS` from the environment passed in (never read implicitly). This module holds the schema (the
+dataclasses, their defaults, the sections and workspace keys) and `load_config`; the type-hint driven conversion of
+a table into a dataclass, with its error messages, lives in memd.config_parse; range checks in memd.config_checks.
+Imports memd.config_checks, memd.config_parse, memd.locate and memd.errors.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-import types
-import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import tomli_w
 
 from memd.config_checks import SUN_PATH_MAX as SUN_PATH_MAX  # re-exported: part of the config's contract
 from memd.config_checks import validate
+from memd.config_parse import as_table, build, convert, to_plain
 from memd.errors import ConfigError
-from memd.locate import default_socket, default_state_dir, expand_path, read_config_file
+from memd.locate import default_socket, default_state_dir, read_config_file
 
 WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -250,8 +250,8 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str], source: Path | 
             errors.append(f"{key}: unknown section (known: {', '.join([*_SECTIONS, 'workspaces'])})")
     defaults = _environment_defaults(env)
     for name, cls in _SECTIONS.items():
-        merged = {**defaults.get(name, {}), **_as_table(raw.get(name, {}), name, errors)}
-        sections[name] = _build(cls, merged, name, env, errors)
+        merged = {**defaults.get(name, {}), **as_table(raw.get(name, {}), name, errors)}
+        sections[name] = build(cls, merged, name, env, errors)
     workspaces = _parse_workspaces(raw, env, sections, errors)
     config = Config(**sections, workspaces=workspaces, source=source)
     validate(config, errors)
@@ -264,14 +264,14 @@ def config_to_toml(config: Config) -> str:
     """The effective configuration as TOML (what `memd config show` prints)."""
     out: dict[str, Any] = {}
     for name in _SECTIONS:
-        out[name] = _to_plain(getattr(config, name))
+        out[name] = to_plain(getattr(config, name))
     out["server"]["socket_mode"] = f"{config.server.socket_mode:04o}"
     out["workspaces"] = {}
     for name, ws in config.workspaces.items():
         entry: dict[str, Any] = {"path": str(ws.path)}
         for sub, base in (("budget", config.budget), ("warm", config.warm)):
             overrides = {
-                f.name: _to_plain(getattr(getattr(ws, sub), f.name))
+                f.name: to_plain(getattr(getattr(ws, sub), f.name))
                 for f in fields(base)
                 if getattr(getattr(ws, sub), f.name) != getattr(base, f.name)
             }
@@ -287,7 +287,7 @@ def config_to_toml(config: Config) -> str:
     return tomli_w.dumps(out)
 
 
-# --- parsing machinery -------------------------------------------------------------------------------------
+# --- defaults from the environment, workspaces -----------------------------------------------------------------
 
 
 def _environment_defaults(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -354,7 +354,7 @@ def _parse_workspaces(
     sections: dict[str, Any],
     errors: list[str],
 ) -> dict[str, WorkspaceConfig]:
-    table = _as_table(raw.get("workspaces", {}), "workspaces", errors)
+    table = as_table(raw.get("workspaces", {}), "workspaces", errors)
     if not table and not sections["discovery"].roots:
         # A file that sets only, say, [warm] retention_days must not silently serve nothing: with no workspace
         # named and none to discover, memd serves the default one, as with no config file at all.
@@ -365,24 +365,24 @@ def _parse_workspaces(
         if not WORKSPACE_NAME.match(name):
             errors.append(f"{where}: invalid name (letters, digits, '.', '_', '-'; at most 64; no leading dot)")
             continue
-        body = _as_table(body, where, errors)
+        body = as_table(body, where, errors)
         for key in body:
             if key not in _WORKSPACE_KEYS:
                 errors.append(f"{where}.{key}: unknown key (known: {', '.join(sorted(_WORKSPACE_KEYS))})")
         if "path" not in body:
             errors.append(f"{where}.path: missing (the workspace directory)")
             continue
-        path = _convert(Path, body["path"], f"{where}.path", env, errors)
-        budget_raw = {**_to_plain(sections["budget"]), **_as_table(body.get("budget", {}), f"{where}.budget", errors)}
-        warm_raw = {**_to_plain(sections["warm"]), **_as_table(body.get("warm", {}), f"{where}.warm", errors)}
+        path = convert(Path, body["path"], f"{where}.path", env, errors)
+        budget_raw = {**to_plain(sections["budget"]), **as_table(body.get("budget", {}), f"{where}.budget", errors)}
+        warm_raw = {**to_plain(sections["warm"]), **as_table(body.get("warm", {}), f"{where}.warm", errors)}
         result[name] = WorkspaceConfig(
             name=name,
             path=path,
-            budget=_build(BudgetConfig, budget_raw, f"{where}.budget", env, errors),
-            warm=_build(WarmConfig, warm_raw, f"{where}.warm", env, errors),
-            readers=_convert(tuple[int, ...], body.get("readers", []), f"{where}.readers", env, errors),
-            writers=_convert(tuple[int, ...], body.get("writers", []), f"{where}.writers", env, errors),
-            project=_convert(Path, body["project"], f"{where}.project", env, errors) if "project" in body else None,
+            budget=build(BudgetConfig, budget_raw, f"{where}.budget", env, errors),
+            warm=build(WarmConfig, warm_raw, f"{where}.warm", env, errors),
+            readers=convert(tuple[int, ...], body.get("readers", []), f"{where}.readers", env, errors),
+            writers=convert(tuple[int, ...], body.get("writers", []), f"{where}.writers", env, errors),
+            project=convert(Path, body["project"], f"{where}.project", env, errors) if "project" in body else None,
         )
     _check_projects(result, errors)
     return result
@@ -403,95 +403,3 @@ def _check_projects(workspaces: Mapping[str, WorkspaceConfig], errors: list[str]
                 f"workspaces.{owner}.project and workspaces.{name}.project: both name {ws.project}; "
                 "a project directory belongs to one workspace"
             )
-
-
-def _as_table(value: Any, where: str, errors: list[str]) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    errors.append(f"{where}: expected a table")
-    return {}
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    """A config class's resolved annotations; cached, since every workspace builds the same few classes (about a
-    fifth of the start at 1,000 workspaces was spent resolving them again)."""
-    return typing.get_type_hints(cls)
-
-
-def _build(cls: type, raw: Mapping[str, Any], where: str, env: Mapping[str, str], errors: list[str]) -> Any:
-    hints = _hints(cls)
-    known = {f.name for f in fields(cls)}
-    for key in raw:
-        if key not in known:
-            errors.append(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")
-    values: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name in raw:
-            values[f.name] = _convert(hints[f.name], raw[f.name], f"{where}.{f.name}", env, errors)
-    return cls(**values)
-
-
-def _convert(tp: Any, value: Any, where: str, env: Mapping[str, str], errors: list[str]) -> Any:
-    origin = get_origin(tp)
-    if origin is Literal:
-        choices = get_args(tp)
-        if value not in choices:
-            errors.append(f"{where}: {value!r} is not one of {', '.join(repr(c) for c in choices)}")
-        return value
-    if origin is tuple:
-        item_type = get_args(tp)[0]
-        if not isinstance(value, list):
-            errors.append(f"{where}: expected a list")
-            return ()
-        return tuple(_convert(item_type, item, f"{where}[{i}]", env, errors) for i, item in enumerate(value))
-    if origin in (types.UnionType, typing.Union):
-        inner = next(a for a in get_args(tp) if a is not type(None))
-        return _convert(inner, value, where, env, errors)
-    if tp is Path:
-        if not isinstance(value, str) or not value:
-            errors.append(f"{where}: expected a non-empty path string")
-            return Path(".")
-        return _expand_path(value, where, env, errors)
-    if tp is bool:
-        if not isinstance(value, bool):
-            errors.append(f"{where}: expected true or false")
-        return value
-    if tp is int:
-        if where.endswith("socket_mode") and isinstance(value, str):
-            try:
-                return int(value, 8)
-            except ValueError:
-                errors.append(f'{where}: expected an octal mode such as "0600"')
-                return 0o600
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append(f"{where}: expected an integer")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            errors.append(f"{where}: expected a number")
-            return value
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            errors.append(f"{where}: expected a string")
-        return value
-    raise TypeError(f"config type {tp!r} at {where} has no converter")  # a bug in this module, not user input
-
-
-def _expand_path(value: str, where: str, env: Mapping[str, str], errors: list[str]) -> Path:
-    unset: list[str] = []
-    path = expand_path(value, env, unset)  # memd.locate's: the clients expand server.socket the same way
-    errors.extend(f"{where}: ${name} is not set in the environment" for name in unset)
-    return path
-
-
-def _to_plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        # A key whose value is None (unset, such as metrics.textfile) is left out: TOML has no null.
-        return {f.name: _to_plain(v) for f in fields(value) if (v := getattr(value, f.name)) is not None}
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple):
-        return [_to_plain(v) for v in value]
-    return value

@@ -9,11 +9,13 @@ The event loop is uvloop when it is installed (`daemon.loop = "auto"`), else asy
 environment variable MEMD_LOOP (which wins, to rule the loop out without editing the config) picks one. Status
 says which runs.
 
-Retention sweeps of many workspaces (the cron job, `retention.sweep` without a workspace) run at most
-`daemon.sweep_concurrency` workspaces at once. Lock order: a sweep holds only its own workspace's locks, in the
-order used everywhere (its repository's lock, then its writer; memd.snapshots), one after the other, so sweeps
-of different workspaces never wait on each other and cannot deadlock; the semaphore is taken before either lock
-and nothing that holds a workspace lock ever waits for it.
+The scheduled jobs are registered here from the config (again after every reload); what each one does is in
+memd.daemon_jobs (retention sweeps of many workspaces, bounded by `daemon.sweep_concurrency`, and their lock
+order too), and how `status` is assembled from the daemon-wide parts handed down is in memd.status_report.
+Imports memd (its version), memd.daemon_jobs, memd.listen, memd.notify, memd.snapshot_push, memd.status_report,
+memd.changes, memd.checkpoint, memd.config, memd.early_ack, memd.errors, memd.handlers, memd.jobs, memd.llm,
+memd.metrics, memd.promote_llm, memd.protocol, memd.registry, memd.search, memd.server, memd.snapshots,
+memd.summarizer, memd.sync, memd.tokens, memd.workspace and memd.writer: everything it wires.
 """
 
 from __future__ import annotations
@@ -31,15 +33,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memd import __version__, listen, notify, status_report, sweep
+from memd import __version__, daemon_jobs, listen, notify, snapshot_push, status_report
 from memd.changes import Fanout
 from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
+from memd.early_ack import ReplyTo
 from memd.errors import ConfigError, MemdError, StartupError
 from memd.handlers import TASKLESS, Call, Peer, dispatch
 from memd.jobs import Jobs
 from memd.llm import OpenAISummarizer
-from memd.metrics import Metrics, write_textfile
+from memd.metrics import Metrics
 from memd.promote_llm import LlmPromoter
 from memd.protocol import Request
 from memd.registry import Registry
@@ -50,6 +53,7 @@ from memd.summarizer import ExtractiveSummarizer, Summarizer
 from memd.sync import Syncer
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
+from memd.writer import Completions
 
 log = logging.getLogger("memd")
 
@@ -72,6 +76,7 @@ class Daemon:
         self.clock = SystemClock()
         self.metrics = Metrics(self.status)  # the daemon's own registry; measured where it happens, or from status
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-io")
+        self.completions = Completions()  # batches the io threads finished, taken in before each request reads
         # git has its own threads: a slow or hung git (timeouts up to a minute) must never delay an fsync.
         self.git_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memd-git")
         # ...and a repack (seconds, at the lowest CPU priority) has one of its own: it never holds up a snapshot.
@@ -125,31 +130,17 @@ class Daemon:
 
     async def sweep(self, workspace: str | None, dry_run: bool, confirm: bool = False) -> dict[str, Any]:
         targets = [self.registry.workspaces[workspace]] if workspace else list(self.registry.workspaces.values())
-        outcomes = await self._sweep_each(targets, dry_run, confirm)
+        outcomes = await daemon_jobs.sweep_each(
+            targets, dry_run, confirm, concurrency=self.config.daemon.sweep_concurrency
+        )
         failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failure is not None:  # every other workspace was swept; the first failure is the answer, as before
             raise failure
         return {"results": outcomes}
 
-    async def _sweep_each(
-        self, targets: list[Workspace], dry_run: bool, confirm: bool = False
-    ) -> list[dict[str, Any] | BaseException]:
-        """Sweep each workspace, at most `daemon.sweep_concurrency` at once (lock order: module docstring).
-        Results in the order of `targets`; a workspace whose sweep failed has its exception in its place."""
-        bound = asyncio.Semaphore(self.config.daemon.sweep_concurrency)
-
-        async def one(ws: Workspace) -> dict[str, Any]:
-            async with bound:
-                return await sweep.run(ws, dry_run, confirm)
-
-        return await asyncio.gather(*(one(ws) for ws in targets), return_exceptions=True)
-
     def status(self, summary: bool = False, only: Collection[str] | None = None) -> dict[str, Any]:
-        """The daemon's health. `only`: the workspaces to report (None: all). `summary`: counts, and only the
-        workspaces with a problem (a fault, a file memd cannot parse, a tier over its budget, a failing snapshot or
-        checkpoint): cheap at thousands of workspaces."""
-        served = self.registry.workspaces
-        names = sorted(served if only is None else (n for n in only if n in served))
+        """The daemon's health (memd.status_report.assemble: `only`, the workspaces to report, None for all;
+        `summary`, counts and only the workspaces with a problem)."""
         result: dict[str, Any] = {
             "version": __version__,
             "pid": os.getpid(),
@@ -164,31 +155,9 @@ class Daemon:
             "jobs": self.jobs.status(),
             "search": self.search.status(),
         }
-        if only is not None:
-            status_report.only_for(result, set(names))
-        if not summary:
-            result["workspaces"] = {
-                name: status_report.workspace_status(served[name], self.snapshots, self.checkpoints) for name in names
-            }
-            return result
-        sync = result["sync"]
-        sync["discovered"] = len(sync.get("discovered") or ())  # a count, not thousands of names
-        counts = dict.fromkeys(status_report.SUMMARY_COUNTS, 0)
-        listed: dict[str, Any] = {}
-        for name in names:
-            ws = served[name]
-            counts["workspaces"] += 1
-            counts["pending_writes"] += ws.pending
-            problems = status_report.problems(ws, self.snapshots, self.checkpoints)
-            for problem in problems:
-                counts[problem.partition(":")[0]] += 1
-            if problems:
-                listed[name] = {
-                    "problems": problems,
-                    **status_report.workspace_status(ws, self.snapshots, self.checkpoints),
-                }
-        result.update(summary=True, counts=counts, workspaces=listed)
-        return result
+        return status_report.assemble(
+            result, self.registry.workspaces, self.snapshots, self.checkpoints, summary=summary, only=only
+        )
 
     def metrics_text(self) -> bytes:
         return self.metrics.exposition()
@@ -283,8 +252,9 @@ class Daemon:
 
     # --- pieces ----------------------------------------------------------------------------------------------
 
-    async def _dispatch(self, peer: Peer, request: Request) -> Any:
-        return await dispatch(Call(self, peer), request.method, request.params)
+    async def _dispatch(self, peer: Peer, request: Request, reply_to: ReplyTo | None) -> Any:
+        self.completions.settle()  # a write its worker answered is published before this request reads anything
+        return await dispatch(Call(self, peer, reply_to=reply_to), request.method, request.params)
 
     def _new_server(self, config: ServerConfig) -> Server:
         return Server(self._dispatch, self._authorize, _limits(config), TASKLESS, self.metrics.request)
@@ -304,24 +274,47 @@ class Daemon:
         return self._counters[encoding]
 
     def _schedule_jobs(self) -> None:
-        """(Re)register every job from the current config."""
+        """(Re)register every job from the current config (the jobs' work: memd.daemon_jobs). Each job reads the
+        config when it runs, not when it was registered."""
         jobs = self.jobs
         keep = {"reconcile", "budget-scan", "snapshot-flush"}
-        jobs.every("reconcile", self.config.watch.reconcile_interval_seconds, self._reconcile)
-        jobs.every("snapshot-flush", self.config.snapshot.interval_seconds, self._snapshot_flush)
+        jobs.every(
+            "reconcile",
+            self.config.watch.reconcile_interval_seconds,
+            lambda: daemon_jobs.reconcile(self.registry, self.search),
+        )
+        jobs.every(
+            "snapshot-flush",
+            self.config.snapshot.interval_seconds,
+            lambda: daemon_jobs.snapshot_flush(self.snapshots, self.registry.workspaces),
+        )
         if self.config.snapshot.remote and self.config.snapshot.sync:
             keep.add("snapshot-sync")  # fetch, merge, then push: the push job's work and more
             jobs.every("snapshot-sync", self.config.snapshot.push_interval_seconds, self.syncer.sync_all)
         elif self.config.snapshot.remote:
             keep.add("snapshot-push")
-            jobs.every("snapshot-push", self.config.snapshot.push_interval_seconds, self.snapshots.push_all)
+            jobs.every(
+                "snapshot-push",
+                self.config.snapshot.push_interval_seconds,
+                lambda: snapshot_push.push_all(self.snapshots),
+            )
         if self.config.snapshot.enabled and self.config.snapshot.gc_interval_seconds > 0:
             keep.add("snapshot-gc")
-            jobs.every("snapshot-gc", self.config.snapshot.gc_interval_seconds, self._snapshot_gc)
-        jobs.every("budget-scan", self.config.jobs.budget_scan_interval_seconds, self._budget_scan)
+            jobs.every(
+                "snapshot-gc", self.config.snapshot.gc_interval_seconds, lambda: self.snapshots.maintain_all(self.gc_io)
+            )
+        jobs.every(
+            "budget-scan",
+            self.config.jobs.budget_scan_interval_seconds,
+            lambda: daemon_jobs.budget_scan(self.registry, self.checkpoints),
+        )
         if self.config.metrics.textfile is not None:
             keep.add("metrics-textfile")
-            jobs.every("metrics-textfile", self.config.metrics.textfile_interval_seconds, self._write_metrics)
+            jobs.every(
+                "metrics-textfile",
+                self.config.metrics.textfile_interval_seconds,
+                lambda: daemon_jobs.write_metrics(self.metrics, self.config.metrics, self.io),
+            )
         groups: dict[tuple[str, str], list[str]] = {}
         for name, ws in self.registry.workspaces.items():
             groups.setdefault((ws.config.warm.sweep_cron, ws.config.warm.timezone), []).append(name)
@@ -330,55 +323,11 @@ class Daemon:
             keep.add(job_id)
 
             async def sweep_group(cron: str = cron, tz: str = tz) -> dict[str, Any]:
-                names = [
-                    n
-                    for n, w in self.registry.workspaces.items()
-                    if (w.config.warm.sweep_cron, w.config.warm.timezone) == (cron, tz)
-                ]
-                targets = [self.registry.workspaces[n] for n in names]
-                outcomes = await self._sweep_each(targets, dry_run=False)
-                failed = {
-                    ws.name: getattr(o, "message", None) or f"{type(o).__name__}: {o}"
-                    for ws, o in zip(targets, outcomes, strict=True)
-                    if isinstance(o, BaseException)
-                }
-                for name, why in failed.items():
-                    log.warning("retention sweep of %s failed: %s", name, why)
-                removed = sum(len(o["removed"]) for o in outcomes if not isinstance(o, BaseException))
-                return {"workspaces": len(outcomes), "removed": removed, "failed": failed}
+                concurrency = self.config.daemon.sweep_concurrency
+                return await daemon_jobs.sweep_group(self.registry.workspaces, cron, tz, concurrency)
 
             jobs.cron(job_id, cron, tz, sweep_group)
         jobs.remove_all_except(keep)
-
-    async def _write_metrics(self) -> str:
-        """The textfile for node_exporter: collected on the loop, written (atomically) by a worker."""
-        path = self.config.metrics.textfile
-        assert path is not None
-        data = self.metrics.exposition()
-        await asyncio.get_running_loop().run_in_executor(self.io, write_textfile, path, data)
-        return str(path)
-
-    async def _snapshot_flush(self) -> int:
-        self.snapshots.prune(set(self.registry.workspaces))
-        return await self.snapshots.flush("interval flush")
-
-    async def _snapshot_gc(self) -> dict[str, str]:
-        return await self.snapshots.maintain_all(self.gc_io)
-
-    async def _reconcile(self) -> int:
-        changed = await self.registry.reconcile()
-        self.search.mark_all(self.registry.workspaces.values())  # what no listener reports (a restore from git)
-        return changed
-
-    async def _budget_scan(self) -> dict[str, Any]:
-        """Catch what the write path missed (outside edits): schedule checkpoints for hot tiers over threshold."""
-        over: dict[str, Any] = {}
-        for name, ws in list(self.registry.workspaces.items()):
-            if ws.looks_changed():  # adopted like a watcher hint: counted, and the change sink is told
-                await self.registry.adopt_outside_changes(name, ws)
-            if self.checkpoints.over_threshold(ws):
-                over[name] = {"hot": ws.usage()["hot"].as_dict(), "scheduled": self.checkpoints.maybe_schedule(ws)}
-        return {"over_threshold": over}
 
     def _promoter(self, config: Config) -> LlmPromoter | None:
         if config.promote.backend != "openai":
@@ -430,6 +379,7 @@ class Daemon:
             sink=self.changes,
             limits=self.config.limits,
             on_batch=self.metrics.batch,
+            completions=self.completions,
             adoption_file=self.config.daemon.state_dir / "workspaces" / f"{ws_config.name}.json",
             promoter=lambda: self.promoter,
         )

@@ -17,7 +17,10 @@ or committed somewhere else.
 
 Every call: a timeout, `GIT_TERMINAL_PROMPT=0`, an explicit identity, hooks disabled, no detached gc,
 `core.fsync=all` for durable objects and refs, `safe.directory` set for the paths memd owns.
-Imports only memd.errors.
+
+The locks git leaves (waiting for a live git's `index.lock`, removing the ones a killed git left): memd.git_locks.
+Reading the history back (log, a file at a commit, diffs): memd.git_history.
+Imports memd.errors and memd.git_locks.
 """
 
 from __future__ import annotations
@@ -29,18 +32,13 @@ import re
 import shutil
 import stat
 import subprocess
-import threading
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from memd.errors import MemdError, NotFound, Unavailable
+from memd import git_locks
+from memd.errors import MemdError, Unavailable
 
 GIT_TIMEOUT = 30.0
-STALE_LOCK_SECONDS = 30.0
-FIELD, RECORD = "\x1f", "\x1e"
 TRAILERS = (
     "Memd-Reason",
     "Memd-Session",
@@ -94,36 +92,6 @@ class RepoUnsafe(GitError):
 
 class GitMissing(Unavailable):
     pass
-
-
-@dataclass(frozen=True)
-class Commit:
-    rev: str
-    time: str
-    subject: str
-    trailers: dict[str, str]
-
-    def as_dict(self) -> dict[str, Any]:
-        t = self.trailers
-        return {
-            "rev": self.rev,
-            "time": self.time,
-            "subject": self.subject,
-            "reason": t.get("Memd-Reason", ""),
-            "session": t.get("Memd-Session", ""),
-            "step": t.get("Memd-Step", ""),
-            "trailers": dict(t),
-        }
-
-
-def start_lock_age(started_at: float | None, now: float | None = None) -> float:
-    """The age at which `ensure` takes a lock for stale: 0 at the daemon's start-up (no git of this daemon has run
-    yet, so a lock from before its start was left by a git killed with the previous one), growing with the time
-    since, up to STALE_LOCK_SECONDS; STALE_LOCK_SECONDS when the start is not known (not a daemon start)."""
-    if started_at is None:
-        return STALE_LOCK_SECONDS
-    elapsed = (time.time() if now is None else now) - started_at
-    return min(STALE_LOCK_SECONDS, max(0.0, elapsed))
 
 
 _URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
@@ -188,10 +156,8 @@ class GitRepo:
         self.has_commits = False
         self._made_here = False  # `ensure` made the repository (so HEAD's branch has no packed ref of git's making)
         # How many of memd's snapshots are waiting for a running git's index.lock right now (status shows it: a
-        # person whose `git commit` editor is open sees why memd has not committed).
-        self.lock_waiters = 0
-        self._waiters_lock = threading.Lock()
-        self._counted_in: GitRepo = self  # whose `lock_waiters` a wait counts in (a view's: the repository's)
+        # person whose `git commit` editor is open sees why memd has not committed); a view shares it.
+        self.lock_waits = git_locks.Waiters()
         with contextlib.suppress(GitError):
             self.check_root()
 
@@ -212,8 +178,7 @@ class GitRepo:
         """This repository reading `tree` as its work tree (a mirror of the workspace, memd.git_mirror), for staging
         and committing from it; each command still checks the workspace directory's identity first."""
         view = copy.copy(self)
-        view.work_tree = tree
-        view._counted_in = self._counted_in  # status shows a view's wait for index.lock as the repository's
+        view.work_tree = tree  # `lock_waits` is shared: a view's wait for index.lock shows as the repository's
         return view
 
     def check_root(self) -> None:
@@ -234,7 +199,8 @@ class GitRepo:
 
     # --- plumbing --------------------------------------------------------------------------------------------
 
-    def _env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
+        """The environment every git of this repository runs with."""
         return {**_base_env(), "GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.work_tree)}
 
     def run(self, *args: str, check: bool = True, timeout: float = GIT_TIMEOUT, input: bytes | None = None) -> bytes:
@@ -288,7 +254,7 @@ class GitRepo:
             out = subprocess.run(
                 cmd,
                 cwd=self.work_tree,
-                env={**self._env(), **(env or {})},
+                env={**self.env(), **(env or {})},
                 capture_output=True,
                 timeout=timeout,
                 input=input,
@@ -310,12 +276,13 @@ class GitRepo:
     def ensure(self, branch: str, started_at: float | None = None) -> None:
         """Create the repository on first use (memd-managed, with what it must ignore). `started_at`: when this
         daemon started (wall clock), or None; a lock older than that, with no git running, was left by a git
-        killed with the previous daemon and goes at once; any other only once stale (`clear_stale_locks`)."""
+        killed with the previous daemon and goes at once; any other only once stale
+        (`git_locks.clear_stale_locks`)."""
         self.check_root()
         if (self.git_dir / "HEAD").exists():
             if _managed_marker(self.git, self.git_dir) == "true":
                 self._write_own_rules(self.git_dir)  # repositories made by an older memd get them too
-                self.clear_stale_locks(min_age=start_lock_age(started_at))
+                git_locks.clear_stale_locks(self, min_age=git_locks.start_lock_age(started_at))
             return
         self.git_dir.parent.mkdir(parents=True, exist_ok=True)
         # Built under a temporary name and renamed into place, so a kill half-way never leaves a `.git` without
@@ -370,58 +337,12 @@ class GitRepo:
                     "until it is finished or aborted"
                 )
 
-    def clear_stale_locks(self, min_age: float = STALE_LOCK_SECONDS) -> list[str]:
-        """Remove the ref and config locks (`HEAD.lock`, `refs/**/*.lock`, ...) a git killed half-way left behind
-        (a daemon killed with its process group in the middle of a commit or a sync): at least `min_age` seconds
-        old, and no git running in this repository. A left ref lock would fail every later commit. Returns what
-        was removed. `ensure` lowers `min_age` only right after the daemon started (`start_lock_age`): a lock
-        older than this daemon was not made by any git of it, whereas later a fresh lock may be a live git's (of
-        another user, whose processes memd may not see), so it waits the full STALE_LOCK_SECONDS."""
-        self.check_root()
-        found = [self.git_dir / f"{name}.lock" for name in ("index", "HEAD", "ORIG_HEAD", "config", "packed-refs")]
-        refs = self.git_dir / "refs"
-        if is_real_dir(refs):
-            found += [p for p in refs.rglob("*.lock") if p.is_file() and not p.is_symlink()]
-        present = [p for p in found if p.is_file()]
-        now = time.time()
-        old = []
-        for lock in present:
-            with contextlib.suppress(FileNotFoundError):
-                if now - lock.stat().st_mtime >= min_age:
-                    old.append(lock)
-        if not old or _git_running_in(self.git_dir, self.root):
-            return []
-        for lock in old:
-            lock.unlink(missing_ok=True)
-        return [str(p.relative_to(self.git_dir)) for p in old]
-
     def wait_for_index_lock(self, timeout: float = GIT_TIMEOUT) -> None:
-        """Wait for a live git's index.lock; remove one left by a git that died (old, nobody running), and the
-        stale ref locks such a git leaves (`clear_stale_locks`)."""
-        self.check_root()  # a stale lock is removed below: only ever in the workspace memd opened
-        self.clear_stale_locks()
-        lock = self.git_dir / "index.lock"
-        if not lock.exists():
-            return
-        owner = self._counted_in
-        with owner._waiters_lock:
-            owner.lock_waiters += 1
-        try:
-            deadline = time.monotonic() + timeout
-            while lock.exists():
-                try:
-                    age = time.time() - lock.stat().st_mtime
-                except FileNotFoundError:
-                    return
-                if age > STALE_LOCK_SECONDS and not _git_running_in(self.git_dir, self.root):
-                    lock.unlink(missing_ok=True)
-                    return
-                if time.monotonic() > deadline:
-                    raise GitError(f"{lock} is held by a running git for over {timeout:.0f}s; snapshot postponed")
-                time.sleep(0.05)
-        finally:
-            with owner._waiters_lock:
-                owner.lock_waiters -= 1
+        """Wait for a live git's index.lock, removing the locks a git that died left (`git_locks`); GitError when
+        a running git still holds it after `timeout` seconds."""
+        if not git_locks.index_lock_released(self, timeout):
+            lock = self.git_dir / "index.lock"
+            raise GitError(f"{lock} is held by a running git for over {timeout:.0f}s; snapshot postponed")
 
     def has_head(self) -> bool:
         if self._loose_head():
@@ -496,61 +417,6 @@ class GitRepo:
                 blobs[name] = parts[2].decode()
         return head, blobs
 
-    # --- history ---------------------------------------------------------------------------------------------
-
-    def log(self, path: str | None, limit: int) -> list[Commit]:
-        if not (self.git_dir / "HEAD").exists() or not self.run(
-            "rev-parse", "--verify", "--quiet", "HEAD", check=False
-        ):
-            return []
-        fmt = FIELD.join(["%H", "%aI", "%s", "%(trailers:only,unfold)"]) + RECORD
-        args = ["log", f"--max-count={limit}", f"--format={fmt}"]
-        if path:
-            args += ["--", path]
-        out = self.run(*args).decode(errors="replace")
-        commits = []
-        for record in out.split(RECORD):
-            record = record.strip("\n")
-            if not record:
-                continue
-            rev, when, subject, trailer_text = [*record.split(FIELD), "", "", "", ""][:4]
-            trailers = {}
-            for line in trailer_text.splitlines():
-                key, sep, value = line.partition(": ")
-                if sep:
-                    trailers[key] = value
-            commits.append(Commit(rev, when, subject, trailers))
-        return commits
-
-    def resolve(self, rev: str) -> str:
-        if rev.startswith("-"):
-            raise NotFound(f"{rev!r} is not a revision")
-        out = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False).decode().strip()
-        if not out:
-            raise NotFound(f"no commit {rev!r} in the snapshot history of {self.work_tree}")
-        return out
-
-    def show(self, rev: str, path: str) -> bytes:
-        commit = self.resolve(rev)
-        self.check_root()
-        out = subprocess.run(
-            [self.git, "show", f"{commit}:{path}"],
-            cwd=self.work_tree, env=self._env(), capture_output=True, timeout=GIT_TIMEOUT, check=False,
-        )  # fmt: skip
-        if out.returncode != 0:
-            raise NotFound(f"{path} does not exist at {rev}")
-        return out.stdout
-
-    def files_at(self, rev: str, paths: Sequence[str]) -> dict[str, bytes]:
-        """Every file under `paths` at `rev` (relative path -> bytes)."""
-        commit = self.resolve(rev)
-        names = self.run("ls-tree", "-r", "-z", "--name-only", commit, "--", *paths).decode().split("\0")
-        return {name: self.show(commit, name) for name in names if name}
-
-    def diff(self, rev: str, rev2: str | None, paths: Sequence[str]) -> str:
-        args = ["diff", self.resolve(rev)] + ([self.resolve(rev2)] if rev2 else []) + ["--", *paths]
-        return self.run(*args).decode(errors="replace")
-
     # --- push ------------------------------------------------------------------------------------------------
 
     def push(self, remote: str, branch: str, timeout: float) -> str:
@@ -561,7 +427,7 @@ class GitRepo:
             out = subprocess.run(
                 cmd,
                 cwd=self.work_tree,
-                env={**self._env(), **_C_LOCALE},
+                env={**self.env(), **_C_LOCALE},
                 capture_output=True,
                 timeout=timeout,
                 check=False,
@@ -644,20 +510,3 @@ def is_real_dir(path: Path) -> bool:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:200]
-
-
-def _git_running_in(git_dir: Path, work_tree: Path) -> bool:
-    """Is any git process working in this repository? (Linux /proc scan, good enough for a lock heuristic.)"""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if not cmdline or not cmdline[0].endswith(b"git"):
-                continue
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if cwd in (str(work_tree), str(git_dir)) or cwd.startswith(str(work_tree) + "/"):
-            return True
-    return False

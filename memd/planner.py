@@ -4,7 +4,7 @@ writes are durable, the new in-memory state of the tiers.
 It holds no queue, lock or thread: the writer (memd.writer) calls it in order (`plan`, then `count_ahead` while the
 disk works, then `publish`, or `reread` when a person's save sent the batch back, or `forget` when the disk
 failed). Every file write it plans is a guarded replace or an append (memd.fsio); it never writes itself. Imports
-memd.batch, the tier stores and memd.fsio.
+memd.batch, memd.early_ack, the tier stores and memd.fsio.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 from memd import fsio
 from memd.batch import Batch, Draft, Edit
+from memd.early_ack import EarlyAck
 from memd.errors import MemdError
 from memd.tiers import warm_format
 from memd.tiers.cold_store import ColdStore
@@ -29,7 +30,8 @@ from memd.tiers.warm_store import WarmStore
 
 log = logging.getLogger(__name__)
 
-Request = tuple[Edit[Any], "asyncio.Future[Any]"]
+# An edit, the future its result goes to, and where the worker may send its answer itself (None: the loop answers).
+Request = tuple[Edit[Any], "asyncio.Future[Any]", EarlyAck | None]
 
 
 class Clock(Protocol):
@@ -70,20 +72,24 @@ class TierPlanner:
         today = local.date()
         draft = Draft(now, local, self.hot, self.cold, _proposals_store=self.proposals)
         accepted: list[tuple[asyncio.Future[Any], Any]] = []
-        for edit, future in requests:
+        early: list[tuple[EarlyAck, Any]] = []
+        for edit, future, ack in requests:
             if future.done():
                 continue
             hot, cold, proposals, logged = draft.hot, draft.cold, draft.proposals, len(draft.warm)
             inserted = len(draft.cold_inserts)
             try:
-                accepted.append((future, edit(draft)))
+                result = edit(draft)
+                accepted.append((future, result))
+                if ack is not None:
+                    early.append((ack, result))
             except Exception as exc:
                 draft.hot, draft.cold, draft.proposals = hot, cold, proposals
                 del draft.warm[logged:], draft.warm_text[logged:], draft.cold_inserts[inserted:]
                 if not isinstance(exc, MemdError):
                     log.exception("workspace %s: an edit failed", self.name)
                 future.set_exception(exc)
-        plan = Batch(draft, today, accepted, list(requests), replans)
+        plan = Batch(draft, today, accepted, list(requests), replans, early=early)
         if draft.warm:
             try:
                 self.warm.refresh_day(today)
@@ -122,6 +128,16 @@ class TierPlanner:
                 plan.hot_tokens = self.hot.count(plan.draft.hot)
         except Exception:
             log.exception("workspace %s: counting tokens ahead failed", self.name)
+
+    def as_planned(self, plan: Batch, fps: Sequence[fsio.Fingerprint]) -> bool:
+        """Did the batch land exactly as planned, so that publishing it gives the usage figures predicted for it?
+        False when someone else appended to today's file around memd's append (it is counted again on publish).
+        Called from the worker thread: reads only the batch."""
+        write = plan.warm_write
+        if write is None:
+            return True
+        fp = next(fp for w, fp in zip(plan.writes, fps, strict=True) if w is write)
+        return fp.size == (write.expected_size or 0) + len(write.data)
 
     def publish(self, plan: Batch, fps: Sequence[fsio.Fingerprint]) -> frozenset[str]:
         """The batch is durable: make it the tiers' state. Returns the tiers that changed."""

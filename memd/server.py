@@ -13,14 +13,19 @@ again before its next request; one the new config no longer allows gets -32002 a
 request is reported to `observe` (method, error code or None, seconds since its line arrived): the daemon's
 metrics. Runs on asyncio's own loop and on uvloop alike: only the Transport methods both provide are used (uvloop's
 transports are not `asyncio.Transport` instances, and its `get_extra_info("socket")` is a socket-like object
-that `peer_of` reads the same way). Imports memd.peercred, memd.handlers, memd.protocol and memd.errors.
+that `peer_of` reads the same way). A write's answer may be sent by the worker thread that made it durable
+(memd.early_ack): `send_early` does that only for the oldest answer owed with nothing buffered ahead of it, under
+the connection's send lock, on a duplicate of its socket (so a closed connection's number is never written to).
+Imports memd.peercred, memd.handlers, memd.early_ack, memd.protocol and memd.errors.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from memd import protocol
+from memd.early_ack import ReplyTo
 from memd.errors import (
     ACCESS_DENIED,
     BUSY,
@@ -44,10 +50,12 @@ MAX_IN_FLIGHT_PER_CONNECTION = 64  # beyond this, stop reading from the client u
 # flight, so without this one client pipelining heavy reads would hold the loop for the whole chunk it sent.
 MAX_LINES_PER_TURN = MAX_IN_FLIGHT_PER_CONNECTION
 
+_SEND_EARLY = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL  # never block the worker; a closed peer is an error
+
 # The peer of a connection not (yet) admitted; no policy ever sees it (uid -1 is no one's uid).
 UNIDENTIFIED = Peer(pid=0, uid=-1, gid=-1)
 
-Dispatch = Callable[[Peer, protocol.Request], Coroutine[Any, Any, Any]]
+Dispatch = Callable[[Peer, protocol.Request, ReplyTo | None], Coroutine[Any, Any, Any]]
 Authorize = Callable[[Peer], bool]
 Observe = Callable[[str, int | None, float], None]  # (method, error code or None for a result, seconds)
 
@@ -123,14 +131,18 @@ class Server:
 
 
 class _Reply:
-    """One response slot, in request order: bytes to send, None for a notification, unset while pending."""
+    """One response slot, in request order: bytes to send, None for a notification, unset while pending. `early`:
+    the answer a worker sent itself (`early_sent` bytes of it went out; the loop sends the rest)."""
 
-    __slots__ = ("done", "payload", "started")
+    __slots__ = ("answered", "done", "early", "early_sent", "payload", "started")
 
     def __init__(self) -> None:
         self.done = False
         self.payload: bytes | None = None
         self.started = time.perf_counter()
+        self.early: bytes | None = None
+        self.early_sent = 0
+        self.answered = 0.0  # when a worker sent the early answer (perf_counter)
 
     def set(self, payload: bytes | None) -> None:
         self.payload = payload
@@ -153,6 +165,10 @@ class Connection(asyncio.Protocol):
         self._writes_blocked = False  # the client is not reading its responses
         self._processing = False
         self._continuing = False  # a loop turn is booked for lines this connection could not dispatch yet
+        # Sends from worker threads (send_early) and from the loop (_flush) take turns on this lock, so answers
+        # never interleave; the worker writes to a duplicate of the socket, closed under the lock at the end.
+        self._send_lock = threading.Lock()
+        self._early_socket: socket.socket | None = None
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
@@ -178,6 +194,10 @@ class Connection(asyncio.Protocol):
             return
         server.stats["accepted"] += 1
         self.generation = server.generation
+        try:
+            self._early_socket = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
+        except OSError as exc:  # out of descriptors: this connection is answered by the loop only
+            log.warning("answers on this connection wait for the loop: could not duplicate its socket: %s", exc)
         self.closing = False
         server.connections.add(self)
         self.last_active = asyncio.get_running_loop().time()
@@ -255,6 +275,10 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
+        with self._send_lock:
+            early, self._early_socket = self._early_socket, None
+        if early is not None:
+            early.close()
 
     def pause_writing(self) -> None:  # the client does not read its responses: stop reading its requests
         self._writes_blocked = True
@@ -282,7 +306,8 @@ class Connection(asyncio.Protocol):
                 self.server.observe("", exc.code, time.perf_counter() - reply.started)
             self._flush()
             return
-        coro = self.server.dispatch(self.peer, request)
+        reply_to = None if request.is_notification else ReplyTo(self, reply, request.id)
+        coro = self.server.dispatch(self.peer, request, reply_to)
         if request.method in self.server.taskless:
             self._step(reply, request, coro)
         else:
@@ -331,6 +356,9 @@ class Connection(asyncio.Protocol):
             self._finish(reply, request, None if exc is not None else task.result(), exc)
 
     def _finish(self, reply: _Reply, request: protocol.Request, result: Any, exc: BaseException | None) -> None:
+        if reply.early is not None:  # a worker answered once the write was durable; this is the loop catching up
+            self._finish_early(reply, request, exc)
+            return
         if exc is not None and not isinstance(exc, asyncio.CancelledError):  # cancelled: the daemon is stopping
             self.server.stats["errors"] += 1
             if not isinstance(exc, MemdError):
@@ -357,16 +385,57 @@ class Connection(asyncio.Protocol):
             self.server.observe(request.method, code, time.perf_counter() - reply.started)
         self._flush()
 
+    def _finish_early(self, reply: _Reply, request: protocol.Request, exc: BaseException | None) -> None:
+        if exc is not None and not isinstance(exc, asyncio.CancelledError):  # after a durable, answered write
+            log.error("%s failed after its write was durable and answered", request.method, exc_info=exc)
+        reply.set(reply.early)
+        if self.server.observe is not None:
+            self.server.observe(request.method, None, reply.answered - reply.started)
+        self._flush()
+
+    # --- answers: from the loop, and from the worker that made a write durable --------------------------------
+
+    def encode_answer(self, request_id: Any, result: Any) -> bytes:
+        return protocol.encode_result(request_id, result)
+
+    def send_early(self, slot: Any, payload: bytes) -> bool:
+        """From the worker thread that made a write durable: send `payload` as `slot`'s answer if it is the oldest
+        answer owed and nothing is buffered ahead of it. Never blocks: a full socket buffer (EAGAIN) or a gone
+        peer leaves the answer to the loop."""
+        with self._send_lock:
+            early_socket, transport = self._early_socket, self.transport
+            if (
+                early_socket is None
+                or transport is None
+                or slot.done  # the loop has answered it already (it is about to send)
+                or not self.responses
+                or self.responses[0] is not slot
+                or transport.is_closing()
+                or transport.get_write_buffer_size()
+            ):
+                return False
+            try:
+                sent = early_socket.send(payload, _SEND_EARLY)
+            except OSError:
+                return False
+            slot.early, slot.early_sent, slot.answered = payload, sent, time.perf_counter()
+            return True
+
     def _flush(self) -> None:
-        """Write every finished response at the head of the queue (responses keep request order)."""
+        """Write every finished response at the head of the queue (responses keep request order); of one a
+        worker sent, what it could not."""
         out: list[bytes] = []
-        while self.responses and self.responses[0].done:
-            payload = self.responses.popleft().payload
-            self.in_flight -= 1
-            if payload is not None:
-                out.append(payload)
-        if out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(out))
+        with self._send_lock:
+            while self.responses and self.responses[0].done:
+                reply = self.responses.popleft()
+                self.in_flight -= 1
+                if reply.early is not None:
+                    if reply.early_sent < len(reply.early):
+                        out.append(reply.early[reply.early_sent :])
+                elif reply.payload is not None:
+                    out.append(reply.payload)
+            if out and self.transport is not None and not self.transport.is_closing():
+                self.transport.write(b"".join(out))
         self.last_active = asyncio.get_running_loop().time()
         self._maybe_resume()
 

@@ -17,7 +17,11 @@ when a workspace is tracked, when a change or restore leaves memd's keys in cont
 until it succeeds.
 Before a retention sweep deletes, `before_destructive` commits and hands back what git holds of `warm/` at HEAD
 (`retention.Held`); the sweep deletes or archives only the days whose bytes are that blob.
-Imports memd.gitrepo, memd.workspace, memd.retention (its `Held`), memd.debounce, memd.config and memd.errors.
+Reading the history back and restoring files from it: memd.snapshot_history; pushing it to the remote:
+memd.snapshot_push. Both drive a Snapshotter through its public methods (`repo_for`, `states`, `commit_locked`,
+`io`), as memd.sync does.
+Imports memd.gitrepo, memd.git_staging, memd.git_mirror, memd.git_maintenance, memd.workspace, memd.retention (its
+`Held`), memd.debounce, memd.fsio, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -36,8 +40,8 @@ from typing import Any, Literal, TypeVar
 from memd import fsio, git_maintenance, git_mirror, git_staging
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
-from memd.errors import InvalidParams, MemdError, StorageError, Unavailable
-from memd.gitrepo import GIT_TIMEOUT, GitError, GitMissing, GitRepo, RepoUnsafe, find_git, redact_urls
+from memd.errors import MemdError, StorageError, Unavailable
+from memd.gitrepo import GIT_TIMEOUT, GitError, GitMissing, GitRepo, RepoUnsafe, find_git
 from memd.retention import Held
 from memd.workspace import Workspace
 
@@ -79,7 +83,7 @@ class Snapshotter:
     def __init__(self, config: SnapshotConfig, state_dir: Path, io: Executor, adopt_existing: bool = False) -> None:
         self.config = config
         self.state_dir = state_dir
-        self._io = io
+        self.io = io  # the git threads: every git command of these repositories runs in one
         self._adopt = adopt_existing
         # The daemon makes its snapshotter once, as it starts: a git lock older than this was left by a git killed
         # with the previous daemon (GitRepo.ensure clears such locks at once only right after the start).
@@ -103,7 +107,7 @@ class Snapshotter:
     def track(self, ws: Workspace) -> None:
         self._workspaces[ws.name] = ws
         self._states.setdefault(ws.name, RepoState())
-        self._maybe_split(ws)
+        self.maybe_split(ws)
 
     def reconfigure(self, config: SnapshotConfig) -> None:
         self.config = config
@@ -119,7 +123,7 @@ class Snapshotter:
     def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
         """Change listener (the daemon's Fanout): schedule a debounced snapshot when a snapshotted tier changed."""
         if "hot" in tiers:
-            self._maybe_split(ws)
+            self.maybe_split(ws)
         relevant = tiers & set(self.config.paths)
         if not relevant or not self.config.enabled:
             return
@@ -163,7 +167,7 @@ class Snapshotter:
                 try:
                     # The commit just made (or HEAD, when nothing had changed): no `rev-parse` to find it again.
                     head, blobs = await asyncio.get_running_loop().run_in_executor(
-                        self._io, state.repo.committed_files, "warm", rev
+                        self.io, state.repo.committed_files, "warm", rev
                     )
                     held = Held(head, blobs)
                 except GitError as exc:
@@ -183,7 +187,7 @@ class Snapshotter:
             ws.check_identity()
             repo = await self._repo(ws, state)
             return await asyncio.get_running_loop().run_in_executor(
-                self._io, _held_at_head, repo, ws.warm.directory, days
+                self.io, _held_at_head, repo, ws.warm.directory, days
             )
         except (MemdError, OSError):
             return None
@@ -192,7 +196,7 @@ class Snapshotter:
         """Snapshot every dirty workspace now (interval job, shutdown). Returns commits made."""
         self._debounce.drain()  # what was waiting to settle is committed below, under this reason
         for tracked in list(self._workspaces.values()):
-            self._maybe_split(tracked)  # one postponed because a commit failed is tried again
+            self.maybe_split(tracked)  # one postponed because a commit failed is tried again
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         made = 0
@@ -249,7 +253,7 @@ class Snapshotter:
             # A person's git may hold index.lock for as long as their editor is open: wait for it here, without
             # the writer; under the writer, give up quickly and retry later rather than stall acknowledgements.
             if not held:
-                await loop.run_in_executor(self._io, repo.wait_for_index_lock)
+                await loop.run_in_executor(self.io, repo.wait_for_index_lock)
             # The marks stay set until the commit is made: a flush that looks meanwhile (shutdown, without this
             # repository's lock) sees the workspace as dirty and waits for the lock, and a snapshot cancelled or
             # failing half-way leaves them for the next one.
@@ -286,7 +290,7 @@ class Snapshotter:
                     await self._to_the_end(git_mirror.remove, tree)
             state.dirty -= dirty  # committed (or nothing differed from HEAD); marks set meanwhile stay
             if not rev:
-                head = await loop.run_in_executor(self._io, _head_or_empty, repo)
+                head = await loop.run_in_executor(self.io, head_or_empty, repo)
                 state.state = "ok"
                 return head, False
         except RepoUnsafe as exc:
@@ -307,7 +311,7 @@ class Snapshotter:
     async def _to_the_end(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` (a git command run under the writer) in a worker; cancelled meanwhile, this raises only once
         the command has finished, so that the writer is not let go while git reads the working tree."""
-        job = self._io.submit(fn, *args)
+        job = self.io.submit(fn, *args)
         running = asyncio.wrap_future(job)
         try:
             return await asyncio.shield(running)
@@ -332,7 +336,7 @@ class Snapshotter:
         if self._git is None:
             raise GitMissing(self._git_problem)
         loop = asyncio.get_running_loop()
-        if state.repo is not None and await loop.run_in_executor(self._io, state.repo.gone):
+        if state.repo is not None and await loop.run_in_executor(self.io, state.repo.gone):
             # Someone deleted the repository. A workspace that is still the one memd opened (checked above and by
             # `gone`) gets a new one, starting from its files; the next push will report the divergence.
             if not state.history_lost:
@@ -350,10 +354,10 @@ class Snapshotter:
             git = self._git
             ws.check_identity()  # never locate, let alone `git init`, in a directory swapped in for the workspace
             repo = await loop.run_in_executor(
-                self._io, lambda: GitRepo.locate(ws.root, separate, git, self.config.paths, self._adopt)
+                self.io, lambda: GitRepo.locate(ws.root, separate, git, self.config.paths, self._adopt)
             )
             ws.check_identity()
-            await loop.run_in_executor(self._io, repo.ensure, self.config.branch, self.started_at)
+            await loop.run_in_executor(self.io, repo.ensure, self.config.branch, self.started_at)
             state.repo = repo
             state.history_lost = False
         return state.repo
@@ -374,7 +378,9 @@ class Snapshotter:
 
     # --- the hot tier's two files ----------------------------------------------------------------------------
 
-    def _maybe_split(self, ws: Workspace) -> None:
+    def maybe_split(self, ws: Workspace) -> None:
+        """Schedule the hot split (`split_hot`) when hot/context.json holds memd's own keys (and none is
+        scheduled yet)."""
         if not ws.hot.needs_split or ws.name in self._splitting:
             return
         try:
@@ -417,63 +423,15 @@ class Snapshotter:
         finally:
             self._splitting.discard(ws.name)
 
-    # --- history and restore ---------------------------------------------------------------------------------
-
-    async def history(self, ws: Workspace, path: str | None, limit: int) -> list[dict[str, Any]]:
-        repo = await self.repo_for(ws)
-        commits = await asyncio.get_running_loop().run_in_executor(self._io, repo.log, path, limit)
-        return [c.as_dict() for c in commits]
-
-    async def show(self, ws: Workspace, rev: str, path: str) -> bytes:
-        repo = await self.repo_for(ws)
-        return await asyncio.get_running_loop().run_in_executor(self._io, repo.show, rev, path)
-
-    async def diff(self, ws: Workspace, rev: str, rev2: str | None, paths: Sequence[str]) -> str:
-        repo = await self.repo_for(ws)
-        return await asyncio.get_running_loop().run_in_executor(self._io, repo.diff, rev, rev2, list(paths))
-
-    async def restore(self, ws: Workspace, rev: str, paths: Sequence[str]) -> dict[str, Any]:
-        """Bring `paths` back to their state at `rev`, through the writer, as a new commit (history kept)."""
-        for p in paths:
-            if p.split("/")[0] not in self.config.paths or ".." in p.split("/"):
-                raise InvalidParams(f"cannot restore {p!r}: paths must lie in {', '.join(self.config.paths)}")
-        repo = await self.repo_for(ws)
-        loop = asyncio.get_running_loop()
-        commit = await loop.run_in_executor(self._io, repo.resolve, rev)
-        files = await loop.run_in_executor(self._io, repo.files_at, commit, list(paths))
-        state = self._states[ws.name]
-        async with state.lock:  # before, restore and after form one step: no debounced snapshot between them
-            # A person's git holding index.lock is waited on without the writer; then the writer is held across
-            # the three: a write acknowledged between the "before" commit and the rewrite would be overwritten
-            # without ever having been committed.
-            await loop.run_in_executor(self._io, repo.wait_for_index_lock)
-            async with ws.exclusive:
-                before, _ = await self._snapshot_locked(
-                    ws, state, f"before restore of {commit[:12]}", None, held=True, whole=True
-                )
-                if not before:
-                    raise Unavailable(
-                        f"not restoring {ws.name!r}: its current state could not be committed first "
-                        f"({state.last_error or 'unknown error'})"
-                    )
-                try:
-                    changed = await ws.restore_files(files, list(paths), held=True)
-                    trailers = {"Memd-Restored-From": commit}
-                    after, created = await self._snapshot_locked(
-                        ws, state, f"restore of {commit[:12]}", trailers, held=True, whole=True
-                    )
-                except BaseException:  # cancelled, or failed half-way: restored files may be uncommitted
-                    state.dirty |= {p.split("/")[0] for p in paths}  # the next snapshot or the flush commits them
-                    raise
-        self._maybe_split(ws)  # a restored hot/ from before format 2 is split again, after its commit
-        if not created and changed:
-            raise MemdError(f"restored files but could not commit the result: {state.last_error or 'unknown'}")
-        return {"rev": commit, "before": before, "after": after, "changed": changed}
-
-    # --- sync: memd.sync drives these, holding the repository's lock ---------------------------------------
+    # --- memd.sync, memd.snapshot_history and memd.snapshot_push drive these -----------------------------------
 
     def tracked(self) -> list[Workspace]:
         return list(self._workspaces.values())
+
+    @property
+    def states(self) -> Mapping[str, RepoState]:
+        """Each tracked workspace's repository state, by name (looked up without tracking anything)."""
+        return self._states
 
     def repo_state(self, ws: Workspace) -> RepoState:
         """This workspace's repository state; its `lock` is the repository lock (taken before the writer)."""
@@ -485,53 +443,21 @@ class Snapshotter:
         """The repository, made if needed; the caller holds `state.lock`."""
         return await self._repo(ws, state)
 
-    async def commit_locked(self, ws: Workspace, state: RepoState, reason: str) -> tuple[str, bool]:
-        """A snapshot; the caller holds `state.lock`. Returns (HEAD after, whether a commit was made); ("", False)
-        when it failed (`state.last_error` says why) or there is nothing to commit in a repository without commits."""
-        return await self._snapshot_locked(ws, state, reason, None)
+    async def commit_locked(
+        self,
+        ws: Workspace,
+        state: RepoState,
+        reason: str,
+        trailers: dict[str, str] | None = None,
+        held: bool = False,
+        whole: bool = False,
+    ) -> tuple[str, bool]:
+        """A snapshot; the caller holds `state.lock` (and the writer too when `held`: a restore). Returns (HEAD
+        after, whether a commit was made); ("", False) when it failed (`state.last_error` says why) or there is
+        nothing to commit in a repository without commits. `whole`: see `snapshot`."""
+        return await self._snapshot_locked(ws, state, reason, trailers, held=held, whole=whole)
 
-    # --- push ------------------------------------------------------------------------------------------------
-
-    def remote_for(self, name: str) -> str:
-        return self.config.remote.replace("{name}", name)
-
-    async def push_all(self) -> dict[str, str]:
-        results: dict[str, str] = {}
-        if not self.config.remote:
-            return results
-        loop = asyncio.get_running_loop()
-        for name, ws in list(self._workspaces.items()):
-            state = self._states[name]
-            if state.repo is None:
-                continue
-            if state.push_state == "diverged":
-                results[name] = "diverged"
-                continue
-            try:  # no repository lock: a push only reads refs and objects, and may take a minute
-                repo = state.repo
-                head = await loop.run_in_executor(self._io, _head_or_empty, repo)
-                if not head or head == state.pushed_head:
-                    continue
-                outcome = await loop.run_in_executor(
-                    self._io, repo.push, self.remote_for(name), self.config.branch, self.config.push_timeout_seconds
-                )
-            except (GitError, OSError) as exc:
-                state.push_state, state.push_error = "error", redact_urls(getattr(exc, "message", str(exc)))
-                results[name] = "error"
-                continue
-            state.push_state = outcome
-            if outcome == "ok":
-                state.pushed_head, state.push_error = head, ""
-            else:
-                state.push_error = redact_urls(
-                    f"{self.remote_for(name)} has commits this workspace lacks; memd stopped pushing (it never "
-                    f"forces). Reconcile with a git pull into memd's repository: git --git-dir={repo.git_dir} "
-                    f"--work-tree={ws.root} pull --no-rebase {self.remote_for(name)} {self.config.branch}, "
-                    f"then `memd push {name}`"
-                )
-                log.warning("workspace %s: push diverged: %s", name, state.push_error)
-            results[name] = outcome
-        return results
+    # --- maintenance -----------------------------------------------------------------------------------------
 
     async def maintain_all(self, executor: Executor) -> dict[str, str]:
         """Pack the loose objects of each repository memd made where snapshots have piled them up
@@ -566,11 +492,6 @@ class Snapshotter:
                 results[name] = "packed"
         return results
 
-    def reset_push(self, name: str) -> None:
-        """Let a diverged or failing workspace push again (after a person reconciled it)."""
-        if name in self._states and self._states[name].push_state in ("diverged", "error"):
-            self._states[name].push_state = ""
-
     def status_for(self, name: str) -> dict[str, Any]:
         if not self.config.enabled:
             return {"state": "disabled", "reason": "snapshot.enabled = false"}
@@ -590,7 +511,7 @@ class Snapshotter:
             "failures": s.failures,
             "pending": bool(s.dirty),
             "queued": s.queued,
-            "waiting_for_git": str(s.repo.git_dir / "index.lock") if s.repo and s.repo.lock_waiters else None,
+            "waiting_for_git": str(s.repo.git_dir / "index.lock") if s.repo and s.repo.lock_waits.count else None,
             "gcs": s.gcs,
             "last_gc_at": s.last_gc_at or None,
             "push": {"state": s.push_state or None, "error": s.push_error or None} if self.config.remote else None,
@@ -598,7 +519,7 @@ class Snapshotter:
         }
 
 
-def _head_or_empty(repo: GitRepo) -> str:
+def head_or_empty(repo: GitRepo) -> str:
     try:
         return repo.head()
     except GitError:

@@ -1,11 +1,13 @@
-"""What `status` says about workspaces: each one's health, the problems `status {summary: true}` lists it for, and
-what a peer who may read only some workspaces is shown of the daemon-wide parts. Pure functions of the workspace
-and its snapshot and checkpoint state; memd.daemon assembles the rest. Imports memd.checkpoint, memd.snapshots
-and memd.workspace.
+"""The `status` answer: the workspaces it reports (all, or the ones a peer may read), each one's health, the
+problems `status {summary: true}` lists it for (with its counts), and what a peer who may read only some
+workspaces is shown of the daemon-wide parts. Pure functions of the workspaces and their snapshot and checkpoint
+state; memd.daemon hands in the daemon-wide parts (process, socket, server, reload, and its components' own
+status) and `assemble` adds the rest. Imports memd.checkpoint, memd.snapshots and memd.workspace.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from memd.checkpoint import Checkpointer
@@ -18,6 +20,41 @@ SUMMARY_COUNTS = (
     "workspaces", "pending_writes", "write_fault", "identity_error", "file_errors", "over_budget", "snapshot_error",
     "checkpoint_failing",
 )  # fmt: skip
+
+
+def assemble(
+    result: dict[str, Any],
+    served: Mapping[str, Workspace],
+    snapshots: Snapshotter,
+    checkpoints: Checkpointer,
+    summary: bool = False,
+    only: Collection[str] | None = None,
+) -> dict[str, Any]:
+    """The daemon's health: `result` (the daemon-wide parts, completed in place) with the workspaces of `served`.
+    `only`: the workspaces to report (None: all). `summary`: counts, and only the workspaces with a problem (a fault,
+    a file memd cannot parse, a tier over its budget, a failing snapshot or checkpoint): cheap at thousands of
+    workspaces."""
+    names = sorted(served if only is None else (n for n in only if n in served))
+    if only is not None:
+        only_for(result, set(names))
+    if not summary:
+        result["workspaces"] = {name: workspace_status(served[name], snapshots, checkpoints) for name in names}
+        return result
+    sync = result["sync"]
+    sync["discovered"] = len(sync.get("discovered") or ())  # a count, not thousands of names
+    counts = dict.fromkeys(SUMMARY_COUNTS, 0)
+    listed: dict[str, Any] = {}
+    for name in names:
+        ws = served[name]
+        counts["workspaces"] += 1
+        counts["pending_writes"] += ws.pending
+        found = problems(ws, snapshots, checkpoints)
+        for problem in found:
+            counts[problem.partition(":")[0]] += 1
+        if found:
+            listed[name] = {"problems": found, **workspace_status(ws, snapshots, checkpoints)}
+    result.update(summary=True, counts=counts, workspaces=listed)
+    return result
 
 
 def only_for(result: dict[str, Any], names: set[str]) -> None:
@@ -74,6 +111,8 @@ def workspace_status(ws: Workspace, snapshots: Snapshotter, checkpoints: Checkpo
         "last_write_error": ws.health.last_write_error or None,
         "last_write_error_at": ws.health.last_write_error_at or None,
         "replans": ws.health.replans,
+        "early_answers": ws.health.early_answers,
+        "early_usage_mismatches": ws.health.early_usage_mismatches,
         "identity_error": ws.health.identity_error or None,
         "file_errors": errors,
         "last_sweep": ws.last_sweep or None,

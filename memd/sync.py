@@ -25,7 +25,8 @@ a fast-forward or a merge moves HEAD but leaves hot/ as it is, and the first tim
 session it logs a warm entry naming that session and its commit. The shared history carries the hot state of the
 machine whose session changed last: this machine's hot files, left as it last committed them, are not committed
 again until they change (`RepoState.hot_kept`), else two idle machines would each commit theirs after every sync.
-Imports memd.snapshots, memd.workspace, memd.gitsync, memd.merge_driver, memd.config and memd.errors.
+Imports memd.snapshots, memd.snapshot_push (its `remote_for`), memd.workspace, memd.gitsync, memd.gitrepo,
+memd.merge_driver, memd.fsio, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memd import fsio, gitsync
+from memd import fsio, gitsync, snapshot_push
 from memd.config import SnapshotConfig
 from memd.errors import MemdError, Unavailable
 from memd.gitrepo import HOT_FILES, GitError, GitRepo, redact_urls
@@ -133,7 +134,7 @@ class Syncer:
                 "no remote to sync with: set [snapshot] remote (and sync = true to sync on a schedule); docs/sync.md"
             )
         state = self.snapshots.repo_state(ws)
-        url = self.snapshots.remote_for(ws.name)
+        url = snapshot_push.remote_for(self.snapshots.config, ws.name)
         report: dict[str, Any] = {
             "state": "error",
             "remote": redact_urls(url),  # the URL may carry credentials (https://user:token@host/...)

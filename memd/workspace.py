@@ -9,8 +9,8 @@ the same exclusive lock as the writer's batches, so a batch is never planned on 
 The workspace directory is pinned (device, inode) when opened: a swapped-in symlink or directory fails every
 batch, read, sweep and restore of this workspace with a StorageError instead of touching another place. What
 happened is told to one change sink given at construction (memd.changes). Imports memd.writer, memd.planner,
-memd.changes, memd.batch, the tiers, memd.retention, memd.fsio, memd.tokens, memd.exclusive, memd.config and
-memd.errors.
+memd.changes, memd.batch, memd.early_ack, the tiers, memd.retention, memd.fsio, memd.tokens, memd.exclusive,
+memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from memd import fsio, promote, retention
-from memd.batch import Edit
+from memd.batch import Batch, Edit
 from memd.changes import ChangeSink, NoSink
 from memd.config import LimitsConfig, WorkspaceConfig
+from memd.early_ack import EarlyAck
 from memd.errors import StorageError
 from memd.exclusive import ExclusiveLock
 from memd.planner import Clock, TierPlanner
@@ -39,7 +40,7 @@ from memd.tiers.proposals_store import ProposalsStore
 from memd.tiers.warm_format import WarmEntry
 from memd.tiers.warm_store import WarmStore
 from memd.tokens import TierUsage, TokenCounter
-from memd.writer import Health, Writer
+from memd.writer import Completions, Health, Writer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,9 +62,11 @@ class Workspace:
         adoption_file: Path | None = None,
         promoter: Callable[[], promote.Chooser | None] = lambda: None,
         on_batch: Callable[[int, float], None] | None = None,
+        completions: Completions | None = None,
     ) -> None:
         """`promoter` gives the chooser of a swept day's candidate learnings at each sweep ([promote] backend;
-        None: the extractive rules); `on_batch` hears each durable batch (requests, seconds of I/O): metrics."""
+        None: the extractive rules); `on_batch` hears each durable batch (requests, seconds of I/O): metrics;
+        `completions` the finished batches of every workspace, which each request settles before it reads."""
         limits = limits or LimitsConfig()
         self.config = config
         self.name = config.name
@@ -104,6 +107,9 @@ class Workspace:
             clock,
             max_pending,
             on_batch,
+            completions,
+            self.usage_after,
+            self.usage_dict,
         )
 
     # --- lifecycle ------------------------------------------------------------------------------------------
@@ -200,9 +206,10 @@ class Workspace:
 
     # --- writes ----------------------------------------------------------------------------------------------
 
-    async def write(self, edit: Edit[T]) -> T:
-        """Apply `edit` in the next batch of this workspace's writer; returns its result once it is on disk."""
-        return await self.writer.write(edit)
+    async def write(self, edit: Edit[T], early: EarlyAck | None = None) -> T:
+        """Apply `edit` in the next batch of this workspace's writer; returns its result once it is on disk. With
+        `early`, the answer may reach the client from the worker that made it durable (memd.early_ack)."""
+        return await self.writer.write(edit, early)
 
     async def split_hot(self) -> bool:
         """Write the hot tier in its two-file layout: memd's own keys (notes, summary, checkpoint records, version)
@@ -347,6 +354,38 @@ class Workspace:
             "hot": TierUsage(self.hot.tokens, budget.hot),
             "warm": TierUsage(sum(self.warm.tokens_for(d) for d in recent), budget.warm),
             "cold": TierUsage(self.cold.tokens, budget.cold),
+        }
+
+    def usage_after(self, plan: Batch) -> dict[str, Any] | None:
+        """The usage figures `usage_dict` will give once `plan` is published, for answers sent before that; None
+        when the batch's effect is not known ahead: a learning or a proposal (counted on publish), a count not
+        taken yet, a batch planned for another day than today."""
+        if plan.cold_write is not None or plan.proposals_write is not None:
+            return None
+        today = self.today()
+        if plan.today != today:
+            return None
+        budget = self.config.budget
+        hot = self.hot.tokens
+        if plan.hot_writes is not None:
+            if plan.hot_tokens is None:
+                return None
+            hot = plan.hot_tokens
+        recent_days = self.config.warm.recent_days
+        warm = sum(self.warm.tokens_for(d) for d in self.warm.recent_days(today, recent_days) if d != today)
+        if recent_days >= 1:
+            counted = self.warm.counted_tokens(today)  # not tokens_for: the worker may be appending right now
+            if counted is None:
+                return None
+            if plan.warm_write is not None:
+                if plan.warm_tokens is None:
+                    return None
+                counted += plan.warm_tokens
+            warm += counted
+        return {
+            "hot": TierUsage(hot, budget.hot).as_dict(),
+            "warm": TierUsage(warm, budget.warm).as_dict(),
+            "cold": TierUsage(self.cold.tokens, budget.cold).as_dict(),
         }
 
     def usage_dict(self) -> dict[str, Any]:

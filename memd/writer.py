@@ -3,19 +3,24 @@
 Read top to bottom, a write goes: `write` queues the request -> `_begin` takes the workspace's exclusive lock and
 the whole queue as one batch (group commit: writes that arrive while a batch is on the disk form the next one)
 -> the planner turns the batch into file writes (`TierPlanner.plan`) -> a worker thread makes them durable
-(`fsio.write_batch`: staged, fsynced, published over the exact bytes they were planned from) -> `_written`, on
-the loop: the planner publishes the new tier state, the requests are acknowledged, the change sink is told
-which tiers changed -> the next batch at once, or the lock is let go.
+(`fsio.write_batch`: staged, fsynced, published over the exact bytes they were planned from) while the loop
+counts the batch's tokens and encodes the answers it can predict -> `_disk_done`, in the worker: the batch joins
+`Completions`, and the worker sends the predicted answers itself (memd.early_ack) -> `_written`, on the loop
+(woken by the worker, or earlier by the next request, which settles completions before it reads anything): the
+planner publishes the new tier state, the remaining requests are acknowledged, the change sink is told which
+tiers changed -> the next batch at once, or the lock is let go.
 
 If the disk write fails, every request of the batch gets a StorageError and the tiers keep their last good state
-(contract 1: an acknowledged write is on disk, a failed one is not acknowledged). If a person saved a file the
-batch replaces while it was being published, nothing of the batch was written: the planner re-reads their
-version and the same requests are planned again on it (contract 2), at most MAX_REPLANS times.
+(contract 1: an acknowledged write is on disk, a failed one is not acknowledged): the worker sends answers only
+after the batch's fsync returned. If a person saved a file the batch replaces while it was being published,
+nothing of the batch was written: the planner re-reads their version and the same requests are planned again on
+it (contract 2), at most MAX_REPLANS times.
 
 The writer is a chain of loop callbacks, not a Task: a single client's write costs one thread hand-off each way
 and one loop turn of its own. Its collaborators come in through the constructor: the planner, the I/O executor,
-the exclusive lock it shares with sweeps and adoptions, the identity guard of the workspace directory, and the
-change sink. Imports memd.planner, memd.batch, memd.fsio and memd.errors.
+the exclusive lock it shares with sweeps and adoptions, the identity guard of the workspace directory, the change
+sink, the completions it shares with the other workspaces, and the usage figures its answers carry. Imports
+memd.planner, memd.batch, memd.early_ack, memd.fsio and memd.errors.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +37,7 @@ from typing import Any, TypeVar
 
 from memd import fsio
 from memd.batch import Batch, Edit
+from memd.early_ack import EarlyAck
 from memd.errors import Busy, ShuttingDown, StorageError
 from memd.exclusive import ExclusiveLock
 from memd.planner import Clock, Request, TierPlanner
@@ -51,6 +58,8 @@ class Health:
     batches: int = 0
     replans: int = 0  # batches planned again because a person saved a file while they were being published
     identity_error: str = ""  # the workspace directory is not the one memd opened
+    early_answers: int = 0  # answers the worker sent itself, straight after the fsync (memd.early_ack)
+    early_usage_mismatches: int = 0  # early answers whose usage figures publishing did not confirm (a bug)
 
 
 def fail_futures(futures: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
@@ -67,6 +76,35 @@ def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args
         log.warning("a batch finished after the event loop closed; its requests were never acknowledged")
 
 
+Usage = Callable[[], Mapping[str, Any]]  # the workspace's usage figures now
+UsageAfter = Callable[[Batch], Mapping[str, Any] | None]  # ... once a batch is published; None: not predictable
+
+
+class Completions:
+    """Batches whose disk write is over, in the order they finished, until the loop takes them in (`settle`:
+    publish, the answers the worker did not send, the next batch). Shared by every workspace's writer.
+
+    The worker adds a batch before it sends any answer of it, and every request settles completions before it
+    reads a workspace, so an acknowledged write is visible to the next request whatever order the loop sees the
+    worker's wake-up and that request in (uvloop runs a socket's callbacks before queued ones)."""
+
+    def __init__(self) -> None:
+        self._done: deque[tuple[Writer, Batch, Future[list[fsio.Fingerprint]]]] = deque()
+
+    def add(self, writer: Writer, plan: Batch, done: Future[list[fsio.Fingerprint]]) -> None:
+        self._done.append((writer, plan, done))  # deque.append is atomic: safe from the worker thread
+
+    def settle(self) -> None:
+        """On the loop: take in every finished batch, oldest first."""
+        done = self._done
+        while done:
+            try:
+                writer, plan, result = done.popleft()
+            except IndexError:  # taken in by a settle that ran inside this one
+                return
+            writer._written(plan, result)
+
+
 class Writer:
     def __init__(
         self,
@@ -81,10 +119,15 @@ class Writer:
         clock: Clock,
         max_pending: int = 10_000,
         on_batch: Callable[[int, float], None] | None = None,
+        completions: Completions | None = None,
+        usage_after: UsageAfter | None = None,
+        usage_now: Usage | None = None,
     ) -> None:
         """`guard` returns the workspace directory as memd opened it, or raises StorageError (swapped, removed);
         `committed` is told the tiers each acknowledged batch changed; `on_batch` (metrics) each durable batch's
-        size and the seconds its writes and fsyncs took."""
+        size and the seconds its writes and fsyncs took; `completions` the finished batches the loop takes in
+        (a writer of its own when not shared); `usage_after` the usage figures a batch will leave, for answers the
+        worker sends (none without it), and `usage_now` the figures after publishing, to check the prediction."""
         self.name = name
         self.root = root
         self._planner = planner
@@ -96,6 +139,9 @@ class Writer:
         self._clock = clock
         self.max_pending = max_pending
         self._on_batch = on_batch
+        self._completions = completions or Completions()
+        self._usage_after = usage_after
+        self._usage_now = usage_now
         self._write_started = 0.0  # when the batch in flight went to a worker
         self._queue: list[Request] = []
         self._batching = False  # a batch is waiting for the lock, being planned or being written
@@ -112,14 +158,15 @@ class Writer:
 
     # --- request ---------------------------------------------------------------------------------------------
 
-    async def write(self, edit: Edit[T]) -> T:
-        """Apply `edit` in the next batch; returns its result once the batch is durable on disk."""
+    async def write(self, edit: Edit[T], early: EarlyAck | None = None) -> T:
+        """Apply `edit` in the next batch; returns its result once the batch is durable on disk. With `early`, the
+        worker that made the batch durable may send the request's answer itself before the loop publishes it."""
         if self._closing:
             raise ShuttingDown("memd is shutting down; retry against the restarted daemon")
         if len(self._queue) >= self.max_pending:
             raise Busy(f"workspace {self.name!r} has {len(self._queue)} writes queued; retry shortly")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append((edit, future))
+        self._queue.append((edit, future, early if self._usage_after is not None else None))
         if not self._batching:  # formed on the next loop turn: writes arriving together share one fsync
             self._batching = True
             asyncio.get_running_loop().call_soon(self._lock.acquire_then, self._begin)
@@ -133,19 +180,23 @@ class Writer:
 
     def _plan_and_write(self, requests: list[Request], replans: int) -> None:
         """Plan `requests` and hand their writes to a worker; ends the batch here unless a worker now has it."""
+        if replans:
+            for _, _, ack in requests:
+                if ack is not None:
+                    ack.payload = None  # nothing prepared for an earlier plan of these requests may go out
         try:
             pinned = self._guard()  # before the edits read anything through the workspace path
         except StorageError as exc:
             self.health.write_fault = True
             self.health.last_write_error = exc.message
-            fail_futures((f for _, f in requests), exc)
+            fail_futures((f for _, f, _ in requests), exc)
             self._end()
             return
         try:
             plan = self._planner.plan(requests, replans)
         except BaseException as exc:  # a bug: fail the batch loudly rather than hang its clients (and the writer)
             log.exception("workspace %s: batch failed unexpectedly", self.name)
-            fail_futures((f for _, f in requests), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
+            fail_futures((f for _, f, _ in requests), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
             self._end()
             if not isinstance(exc, Exception | asyncio.CancelledError):
                 raise
@@ -165,11 +216,38 @@ class Writer:
             except RuntimeError as exc:  # the executor is shut down: the daemon is stopping
                 self.in_flight = None
                 stopping = ShuttingDown(f"memd is shutting down ({exc}); nothing was written")
-                fail_futures((f for _, f in requests), stopping)
+                fail_futures((f for _, f, _ in requests), stopping)
                 self._end()
                 return
-            done.add_done_callback(lambda d: call_in_loop(loop, self._written, plan, d))
+            done.add_done_callback(lambda d: self._disk_done(loop, plan, d))
             self._planner.count_ahead(plan)
+            if plan.early:
+                self._prepare_answers(plan)
+
+    def _prepare_answers(self, plan: Batch) -> None:
+        """While the worker waits on the disk: encode the answers of the batch's requests that asked for an early
+        answer, with the usage figures the batch will leave. Unpredictable figures: the loop answers them all."""
+        assert self._usage_after is not None
+        try:
+            usage = self._usage_after(plan)
+            plan.usage_after = usage
+            if usage is not None:
+                for ack, result in plan.early:
+                    ack.prepare(result, usage)
+        except Exception:  # an answer that cannot be encoded early is encoded (and its error reported) by the loop
+            log.exception("workspace %s: preparing early answers failed", self.name)
+
+    # --- durable: the worker sends what it can, the loop takes the batch in ----------------------------------
+
+    def _disk_done(self, loop: asyncio.AbstractEventLoop, plan: Batch, done: Future[list[fsio.Fingerprint]]) -> None:
+        """In the worker thread (or on the loop, for a write over before the callback was added): queue the batch
+        for the loop, then send the answers the loop prepared, if the batch landed exactly as planned."""
+        self._completions.add(self, plan, done)
+        landed = plan.early and not done.cancelled() and done.exception() is None
+        if landed and self._planner.as_planned(plan, done.result()):
+            for ack, _ in plan.early:
+                ack.send()
+        call_in_loop(loop, self._completions.settle)
 
     # --- durable: publish, acknowledge (or plan again, or fail) ----------------------------------------------
 
@@ -186,6 +264,8 @@ class Writer:
                 self._fail(plan, exc)
                 return
             changed = self._planner.publish(plan, fps)
+            if self._usage_now is not None and any(ack.sent for ack, _ in plan.early):
+                self._check_prediction(plan)
             if self.health.write_fault:
                 self.health.write_fault = False
                 log.info("workspace %s: writes succeed again", self.name)
@@ -202,6 +282,7 @@ class Writer:
     def _acknowledge(self, plan: Batch, changed: frozenset[str]) -> None:
         self.health.batches += 1
         self.health.writes += len(plan.accepted)
+        self.health.early_answers += sum(ack.sent for ack, _ in plan.early)
         for future, result in plan.accepted:
             if not future.done():
                 future.set_result(result)
@@ -210,6 +291,17 @@ class Writer:
                 self._committed(changed)
             except Exception:  # the batch is durable and acknowledged; a listener's bug must not undo that
                 log.exception("workspace %s: the change sink failed", self.name)
+
+    def _check_prediction(self, plan: Batch) -> None:
+        """The usage the early answers carried must be what publishing left: a difference is a bug, logged and
+        counted (status: `early_usage_mismatches`), never silently sent again."""
+        assert self._usage_now is not None
+        now = self._usage_now()
+        if now != plan.usage_after:
+            self.health.early_usage_mismatches += 1
+            log.error(
+                "workspace %s: early answers carried usage %s, publishing left %s", self.name, plan.usage_after, now
+            )
 
     def _measured(self, requests: int, seconds: float) -> None:
         """Tell metrics about a batch already acknowledged: a failure there is logged, never the batch's."""

@@ -102,7 +102,8 @@ async def dispatch(call: Call, method: str, raw: Mapping[str, Any]) -> Any:
     if declared.access == "admin" and not privileged(call):
         raise AccessDenied(f"{method} is for root or memd's own uid, not uid {call.peer.uid}", data={"method": method})
     if declared.workspace == "required" or (declared.workspace != "none" and raw.get("workspace") is not None):
-        call = Call(call.services, call.peer, workspace_for(call, raw, declared.access, not declared.reads_index))
+        ws = workspace_for(call, raw, declared.access, not declared.reads_index)
+        call = Call(call.services, call.peer, ws, call.reply_to)
     elif declared.workspace == "optional-admin" and not privileged(call):
         raise AccessDenied(
             f"{method} without a workspace acts on every workspace, which is for root or memd's own uid; "

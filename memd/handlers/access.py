@@ -1,7 +1,7 @@
 """Who is calling and what they may touch: the call context handlers receive, and the access rules.
 
-Imports memd.checkpoint, memd.snapshots, memd.sync, memd.search, memd.workspace, memd.declare, memd.params and
-memd.errors.
+Imports memd.checkpoint, memd.snapshots, memd.sync, memd.search, memd.workspace, memd.early_ack, memd.declare,
+memd.params and memd.errors.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from memd.checkpoint import Checkpointer
 from memd.declare import Access as Access  # re-exported: the access kinds are declared with the methods
+from memd.early_ack import Answer, EarlyAck, ReplyTo
 from memd.errors import AccessDenied, InvalidParams, UnknownWorkspace
 from memd.params import Params
 from memd.search.service import SearchService
@@ -55,6 +56,13 @@ class Call:
     services: Services
     peer: Peer
     workspace: Workspace | None = None  # resolved and access-checked by dispatch, from the method's declaration
+    reply_to: ReplyTo | None = None  # where a write's worker may send its answer itself (memd.early_ack)
+
+    def early(self, answer: Answer) -> EarlyAck | None:
+        """An early answer for this call's write: `answer` makes the method's result from the edit's result and
+        the usage once the batch is published. None where nobody can be answered early (a notification, an
+        in-process call)."""
+        return None if self.reply_to is None else EarlyAck(self.reply_to, answer)
 
     @property
     def ws(self) -> Workspace:

@@ -1,14 +1,16 @@
 """Snapshot, history and checkpoint methods: git-backed inspection, restore, push, compaction.
 
-Imports memd.handlers.access and memd.params.
+Imports memd.handlers.access, memd.snapshot_history, memd.snapshot_push and memd.params.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from memd import snapshot_history
 from memd.handlers.access import Call, result_with_usage
 from memd.params import Params
+from memd.snapshot_push import push_all, reset_push
 
 
 async def snapshot_run(call: Call, p: Params) -> Any:
@@ -20,31 +22,31 @@ async def snapshot_run(call: Call, p: Params) -> Any:
 
 async def history_list(call: Call, p: Params) -> Any:
     path = p.optional_text("path")
-    return {"commits": await call.services.snapshots.history(call.ws, path, p.integer("limit"))}
+    return {"commits": await snapshot_history.history(call.services.snapshots, call.ws, path, p.integer("limit"))}
 
 
 async def history_show(call: Call, p: Params) -> Any:
-    data = await call.services.snapshots.show(call.ws, p.text("rev"), p.text("path"))
+    data = await snapshot_history.show(call.services.snapshots, call.ws, p.text("rev"), p.text("path"))
     return {"content": data.decode("utf-8", "replace")}
 
 
 async def history_diff(call: Call, p: Params) -> Any:
     rev, rev2 = p.text("rev"), p.optional_text("rev2")
     paths = p.text_list("paths") or list(call.services.snapshots.config.paths)
-    return {"diff": await call.services.snapshots.diff(call.ws, rev, rev2, paths)}
+    return {"diff": await snapshot_history.diff(call.services.snapshots, call.ws, rev, rev2, paths)}
 
 
 async def snapshot_restore(call: Call, p: Params) -> Any:
     ws = call.ws
     paths = p.text_list("paths") or list(call.services.snapshots.config.paths)
-    result = await call.services.snapshots.restore(ws, p.text("rev"), paths)
+    result = await snapshot_history.restore(call.services.snapshots, ws, p.text("rev"), paths)
     return result_with_usage(ws, result)
 
 
 async def snapshot_push(call: Call, p: Params) -> Any:
     ws = call.ws
-    call.services.snapshots.reset_push(ws.name)
-    results = await call.services.snapshots.push_all()
+    reset_push(call.services.snapshots, ws.name)
+    results = await push_all(call.services.snapshots)
     return {"result": results.get(ws.name, "nothing to push"), "snapshot": call.services.snapshots.status_for(ws.name)}
 
 

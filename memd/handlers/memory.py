@@ -9,6 +9,7 @@ memd.workspace, the tier formats, memd.params and memd.errors.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
@@ -102,22 +103,26 @@ async def progress_update(call: Call, p: Params) -> Any:
         p.text_list("pending_done"),
     )
 
-    def edit(draft: Draft) -> list[str]:
+    def edit(draft: Draft) -> tuple[list[str], Draft]:
         doc, missing = hot_format.update_progress(draft.edit_hot(), step, files, pending_add, pending_done)
         draft.set_hot(doc)
-        return missing
+        return missing, draft
 
-    missing = await ws.write(edit)
-    doc = ws.hot.doc
-    return result_with_usage(
-        ws,
-        {
-            "current_step": doc.get("current_step", ""),
-            "files_modified": doc.get("files_modified", []),
-            "pending_actions": doc.get("pending_actions", []),
-            "not_pending": missing,
-        },
-    )
+    def answer(done: tuple[list[str], Draft], usage: Mapping[str, Any]) -> dict[str, Any]:
+        missing, draft = done  # the draft as the whole batch left it: what the hot tier will hold once published
+        return _progress(draft.hot or {}, missing) | {"usage": usage}
+
+    missing, _ = await ws.write(edit, call.early(answer))
+    return result_with_usage(ws, _progress(ws.hot.doc, missing))
+
+
+def _progress(doc: hot_format.HotDoc, missing: list[str]) -> dict[str, Any]:
+    return {
+        "current_step": doc.get("current_step", ""),
+        "files_modified": doc.get("files_modified", []),
+        "pending_actions": doc.get("pending_actions", []),
+        "not_pending": missing,
+    }
 
 
 async def decision_record(call: Call, p: Params) -> Any:
@@ -133,7 +138,7 @@ async def decision_record(call: Call, p: Params) -> Any:
         draft.log(f"decision: {action}", tuple(details))
         return decision
 
-    decision = await ws.write(edit)
+    decision = await ws.write(edit, call.early(lambda decision, usage: {"decision": decision, "usage": usage}))
     return result_with_usage(ws, {"decision": decision})
 
 
@@ -146,7 +151,7 @@ async def hot_note(call: Call, p: Params) -> Any:
         draft.set_hot(doc)
         return note
 
-    note = await ws.write(edit)
+    note = await ws.write(edit, call.early(lambda note, usage: {"note": note, "usage": usage}))
     return result_with_usage(ws, {"note": note})
 
 
@@ -185,7 +190,7 @@ async def warm_log(call: Call, p: Params) -> Any:
         entry = draft.log(action, details, result)
         return _entry_json(draft.local.date().isoformat(), entry)
 
-    entry = await ws.write(edit)
+    entry = await ws.write(edit, call.early(lambda entry, usage: {"entry": entry, "usage": usage}))
     return result_with_usage(ws, {"entry": entry})
 
 

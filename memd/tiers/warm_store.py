@@ -343,6 +343,11 @@ class WarmStore:
         parsed.size += len(data)
         parsed.cut_to_window()
 
+    def counted_tokens(self, day: date) -> int | None:
+        """The day's tokens as memd last counted them, without reading its file; None: not counted yet."""
+        known = self.days.get(day)
+        return 0 if known is None else known.tokens
+
     def tokens_for(self, day: date) -> int:
         known = self.days.get(day)
         if known is None:

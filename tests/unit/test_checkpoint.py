@@ -22,6 +22,7 @@ from clocks import START, FixedClock
 from expected import recent_window
 from hot_files import hot_from_git, read_hot
 
+from memd import snapshot_history
 from memd.batch import Draft
 from memd.checkpoint import Checkpointer
 from memd.checkpoint_plan import MIN_ALLOTMENT, NOTHING_TO_COMPRESS, SECTIONS, entry_key, without_fold_line
@@ -951,7 +952,7 @@ def test_every_compressed_entry_is_in_the_pre_state_commit_even_with_a_write_rig
 
     async def go() -> tuple[dict[str, Any], dict[str, Any]]:
         record = await checkpointer.run(ws, force=True)
-        files = {path: await snapshots.show(ws, record["pre_commit"], path) for path in HOT_PATHS}
+        files = {path: await snapshot_history.show(snapshots, ws, record["pre_commit"], path) for path in HOT_PATHS}
         return record, hot_from_git(files)
 
     record, pre = run(go())

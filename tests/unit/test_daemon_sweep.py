@@ -1,4 +1,4 @@
-"""Retention sweeps of many workspaces run with bounded concurrency (memd.daemon: `daemon.sweep_concurrency`).
+"""Retention sweeps of many workspaces run with bounded concurrency (memd.daemon_jobs: `daemon.sweep_concurrency`).
 
 The workspaces are fakes whose sweep waits on an event the test releases: what is checked is how many sweeps run
 at once, that every workspace is swept, and that one failure neither stops the others nor goes unreported.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memd import sweep
+from memd import daemon_jobs, sweep
 from memd.daemon import Daemon
 
 
@@ -29,6 +29,11 @@ class FakeWorkspace:
     gauge: Gauge
     fail: bool = False
     swept: list[bool] = field(default_factory=list)
+    cron: str = "30 3 * * *"
+
+    @property
+    def config(self) -> Any:
+        return SimpleNamespace(warm=SimpleNamespace(sweep_cron=self.cron, timezone="UTC"))
 
     async def sweep(self, dry_run: bool, confirm: bool = False) -> dict[str, Any]:
         self.gauge.running += 1
@@ -55,9 +60,7 @@ def sweeps_of_the_fakes(monkeypatch: pytest.MonkeyPatch) -> None:
 def fake_daemon(spaces: list[FakeWorkspace], bound: int) -> Any:
     config = SimpleNamespace(daemon=SimpleNamespace(sweep_concurrency=bound))
     registry = SimpleNamespace(workspaces={ws.name: ws for ws in spaces})
-    fake = SimpleNamespace(config=config, registry=registry)
-    fake._sweep_each = lambda *a, **k: Daemon._sweep_each(fake, *a, **k)  # type: ignore[arg-type]
-    return fake
+    return SimpleNamespace(config=config, registry=registry)
 
 
 @pytest.mark.parametrize("bound", [1, 3, 8])
@@ -80,3 +83,17 @@ def test_one_failing_workspace_does_not_stop_the_others_and_its_error_is_the_ans
         asyncio.run(Daemon.sweep(fake_daemon(spaces, 2), None, dry_run=True))
 
     assert [ws.name for ws in spaces if ws.swept] == ["w0", "w1", "w3", "w4", "w5"]
+
+
+def test_a_sweep_job_sweeps_the_workspaces_of_its_schedule_and_reports_a_failure_without_stopping_the_rest() -> None:
+    gauge = Gauge()
+    spaces = [
+        FakeWorkspace(f"w{i}", gauge, fail=(i == 1), cron="0 4 * * *" if i == 3 else "30 3 * * *") for i in range(5)
+    ]
+    served = {ws.name: ws for ws in spaces}
+
+    result = asyncio.run(daemon_jobs.sweep_group(served, "30 3 * * *", "UTC", concurrency=2))  # type: ignore[arg-type]
+
+    assert result == {"workspaces": 4, "removed": 3, "failed": {"w1": "OSError: w1 cannot be swept"}}
+    assert [ws.name for ws in spaces if ws.swept] == ["w0", "w2", "w4"]
+    assert gauge.most == 2

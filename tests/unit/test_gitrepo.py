@@ -4,7 +4,7 @@ Where a workspace's repository lives: `<workspace>/.git` when memd may create or
 under the state directory when the workspace sits inside someone's work tree or has a `.git` memd did not create,
 and the workspace's own `.git` when the config says to adopt it. `ensure()` creates the repository (marked
 `memd.managed`) and never the workspace. `stage()` lists what changed, so memd never makes an empty
-commit; trailers written by `commit()` parse back through `log()`; a merge or rebase in progress is refused.
+commit; trailers written by `commit()` parse back through `git_history.log()`; a merge or rebase in progress is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from harness import person_env
 
-from memd import gitsync, retention
+from memd import git_history, git_locks, gitsync, retention
 from memd.errors import NotFound
 from memd.git_staging import stage
 from memd.gitrepo import GitError, GitRepo, RepoUnsafe, find_git
@@ -168,7 +168,7 @@ def test_a_separate_git_dir_points_at_the_workspace(tmp_path: Path) -> None:
 
     snapshot(r)
 
-    assert r.show("HEAD", "hot/context.json") == b'{"task": "t"}\n'
+    assert git_history.show(r, "HEAD", "hot/context.json") == b'{"task": "t"}\n'
     assert person_git(outer, "log", "--format=%s") == "initial\n"
 
 
@@ -228,7 +228,7 @@ def test_a_change_a_new_file_and_a_deletion_are_each_staged(repo: GitRepo) -> No
     paths = stage(repo)
     assert paths
     repo.commit(paths, "c", "", {})
-    assert repo.files_at("HEAD", ["warm"]) == {}
+    assert git_history.files_at(repo, "HEAD", ["warm"]) == {}
 
 
 def test_a_held_file_is_neither_staged_nor_committed_and_the_rest_is(repo: GitRepo) -> None:
@@ -242,7 +242,7 @@ def test_a_held_file_is_neither_staged_nor_committed_and_the_rest_is(repo: GitRe
     assert paths == ["warm/2026-01-01.md"]
     repo.commit(paths, "c", "", {})
 
-    assert repo.show("HEAD", "hot/context.json") == b'{"session_id": "other machine"}\n'
+    assert git_history.show(repo, "HEAD", "hot/context.json") == b'{"session_id": "other machine"}\n'
     assert stage(repo, hold=["hot/context.json"]) == []
     assert stage(repo) == ["hot/context.json"]  # no longer held: committed as usual
 
@@ -320,7 +320,7 @@ def test_an_editor_file_that_vanishes_while_git_stages_does_not_fail_the_snapsho
 
     assert sorted(paths) == ["cold/MEMORY.md", "hot/context.json"]
     repo.commit(paths, "c", "", {})
-    assert repo.show("HEAD", "hot/context.json") == b'{"task": "saved"}\n'
+    assert git_history.show(repo, "HEAD", "hot/context.json") == b'{"task": "saved"}\n'
     assert not (repo.work_tree / "hot" / ".context.json.person-3").exists()
 
 
@@ -468,7 +468,7 @@ def test_git_stores_each_file_exactly_whatever_the_users_line_ending_settings(
     head, blobs = repo.committed_files("warm")
     assert head == repo.head()
     assert blobs == {"2026-01-01.md": retention.blob_id(data)}
-    assert repo.show("HEAD", "warm/2026-01-01.md") == data
+    assert git_history.show(repo, "HEAD", "warm/2026-01-01.md") == data
 
 
 def test_committed_files_lists_the_regular_files_directly_in_a_directory(repo: GitRepo) -> None:
@@ -508,7 +508,7 @@ def test_a_branch_a_person_deleted_after_memds_commits_starts_afresh_at_the_next
     repo.commit(paths, "memd: after the reset", "", {})
 
     assert "warm/2026-01-01.md" in paths
-    assert repo.show("HEAD", "warm/2026-01-01.md") == b"two\n"
+    assert git_history.show(repo, "HEAD", "warm/2026-01-01.md") == b"two\n"
     write(repo.work_tree / "warm" / "2026-01-01.md", "three\n")
     assert stage(repo) == ["warm/2026-01-01.md"]  # a diff against the new HEAD again
 
@@ -592,7 +592,7 @@ def test_trailers_parse_back_through_log(repo: GitRepo) -> None:
     write(repo.work_tree / "hot" / "context.json", "{}\n")
     rev = snapshot(repo, "session start", **{"Memd-Session": "s-1", "Memd-Step": "write tests", "Memd-Tiers": ""})
 
-    [commit] = repo.log(None, 10)
+    [commit] = git_history.log(repo, None, 10)
 
     assert commit.rev == rev
     assert commit.subject == "memd: session start"
@@ -606,7 +606,7 @@ def test_a_multi_line_trailer_value_becomes_one_line(repo: GitRepo) -> None:
     write(repo.work_tree / "hot" / "context.json", "{}\n")
     snapshot(repo, "writes", **{"Memd-Step": "first line\n\nMemd-Reason: forged\nthird"})
 
-    [commit] = repo.log(None, 10)
+    [commit] = git_history.log(repo, None, 10)
 
     assert commit.trailers["Memd-Reason"] == "writes"
     assert commit.trailers["Memd-Step"] == "first line Memd-Reason: forged third"
@@ -618,13 +618,13 @@ def test_log_of_a_path_lists_only_the_commits_that_touched_it(repo: GitRepo) -> 
     write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
     second = snapshot(repo, "two")
 
-    assert [c.rev for c in repo.log(None, 10)] == [second, first]
-    assert [c.rev for c in repo.log("hot/context.json", 10)] == [first]
-    assert [c.rev for c in repo.log(None, 1)] == [second]
+    assert [c.rev for c in git_history.log(repo, None, 10)] == [second, first]
+    assert [c.rev for c in git_history.log(repo, "hot/context.json", 10)] == [first]
+    assert [c.rev for c in git_history.log(repo, None, 1)] == [second]
 
 
 def test_log_of_a_repository_without_commits_is_empty(repo: GitRepo) -> None:
-    assert repo.log(None, 10) == []
+    assert git_history.log(repo, None, 10) == []
 
 
 def test_show_files_at_and_diff_read_the_history(repo: GitRepo) -> None:
@@ -634,9 +634,9 @@ def test_show_files_at_and_diff_read_the_history(repo: GitRepo) -> None:
     write(hot, '{"step": 2}\n')
     snapshot(repo)
 
-    assert repo.show(first, "hot/context.json") == b'{"step": 1}\n'
-    assert repo.files_at(first, ["hot"]) == {"hot/context.json": b'{"step": 1}\n'}
-    diff = repo.diff(first, "HEAD", ["hot"])
+    assert git_history.show(repo, first, "hot/context.json") == b'{"step": 1}\n'
+    assert git_history.files_at(repo, first, ["hot"]) == {"hot/context.json": b'{"step": 1}\n'}
+    diff = git_history.diff(repo, first, "HEAD", ["hot"])
     assert '-{"step": 1}' in diff and '+{"step": 2}' in diff
 
 
@@ -645,11 +645,11 @@ def test_unknown_revisions_paths_and_option_like_revisions_are_not_found(repo: G
     snapshot(repo)
 
     with pytest.raises(NotFound):
-        repo.resolve("no-such-rev")
+        git_history.resolve(repo, "no-such-rev")
     with pytest.raises(NotFound):
-        repo.resolve("--output=/tmp/x")
+        git_history.resolve(repo, "--output=/tmp/x")
     with pytest.raises(NotFound):
-        repo.show("HEAD", "cold/MEMORY.md")
+        git_history.show(repo, "HEAD", "cold/MEMORY.md")
 
 
 # --- unsafe states and locks ----------------------------------------------------------------------------------
@@ -753,10 +753,10 @@ def test_ref_locks_left_by_a_killed_git_are_cleared_at_start_and_once_stale(tmp_
     for lock in (head_lock, branch_lock):
         lock.write_text("")  # what `git commit` or `update-ref` leaves when it is killed half-way
 
-    assert repo.clear_stale_locks() == []  # fresh: it may belong to a git that is still working
+    assert git_locks.clear_stale_locks(repo) == []  # fresh: it may belong to a git that is still working
     old = time.time() - 3600
     os.utime(head_lock, (old, old))
-    assert repo.clear_stale_locks() == ["HEAD.lock"]
+    assert git_locks.clear_stale_locks(repo) == ["HEAD.lock"]
 
     again = locate(repo.work_tree, tmp_path / "state")
     again.ensure("main", started_at=time.time())  # a daemon starting: a lock from before it, with no git running,

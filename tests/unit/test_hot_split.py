@@ -17,7 +17,7 @@ from clocks import START, FixedClock
 from edits import note
 from hot_files import context_file, own_file, read_hot
 
-from memd import fsio
+from memd import fsio, git_history, snapshot_history
 from memd.batch import Draft
 from memd.checkpoint import Checkpointer
 from memd.checkpoint_plan import entry_key
@@ -204,7 +204,7 @@ async def settled(snapshots: Snapshotter, ws: Workspace) -> None:
 
 def git_show(ws: Workspace, rev: str, path: str) -> bytes:
     repo = GitRepo(ws.root, ws.root / ".git", find_git(), ["hot", "warm", "cold"])
-    return repo.show(rev, path)
+    return git_history.show(repo, rev, path)
 
 
 def test_the_split_is_made_after_a_commit_of_the_state_before_it_which_undoes_it(
@@ -217,7 +217,7 @@ def test_the_split_is_made_after_a_commit_of_the_state_before_it_which_undoes_it
     async def go() -> list[dict[str, Any]]:
         snapshots.track(ws)  # what the registry does with every workspace it serves
         await settled(snapshots, ws)
-        return await snapshots.history(ws, None, 10)
+        return await snapshot_history.history(snapshots, ws, None, 10)
 
     commits = run(go())
 
@@ -227,7 +227,7 @@ def test_the_split_is_made_after_a_commit_of_the_state_before_it_which_undoes_it
     assert set(json.loads(context_file(ws.root).read_bytes())) == {*hot_format.ARTICLE_KEYS, "their_field"}
 
     async def undo() -> None:
-        await snapshots.restore(ws, commits[1]["rev"], ["hot"])
+        await snapshot_history.restore(snapshots, ws, commits[1]["rev"], ["hot"])
         assert context_file(ws.root).read_bytes() == legacy_bytes and not own_file(ws.root).exists()
         await settled(snapshots, ws)  # restored from before the split: split again, after the restore's commit
 

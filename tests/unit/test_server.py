@@ -12,6 +12,7 @@ import json
 import socket
 import struct
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -20,11 +21,12 @@ from typing import Any
 import pytest
 
 from memd import protocol
+from memd.early_ack import ReplyTo
 from memd.errors import ACCESS_DENIED, INTERNAL_ERROR, INVALID_PARAMS, InvalidParams
 from memd.handlers import Peer
 from memd.server import MAX_LINES_PER_TURN, Limits, Server
 
-TASKLESS = frozenset({"now", "later", "fails", "bug", "yields", "current_task"})
+TASKLESS = frozenset({"now", "later", "fails", "bug", "yields", "current_task", "early"})
 LIMITS = Limits(max_request_bytes=65536, max_connections=16, idle_timeout=60.0, request_timeout=10.0)
 
 
@@ -35,12 +37,13 @@ class Stand:
         self.release: asyncio.Future[str] | None = None
         self.turn = 0  # advanced once per loop turn by `tick`
         self.turns: list[int] = []  # the turn each request was dispatched in
+        self.early_sent: list[bool] = []  # what send_early said, for each `early` request
 
     def tick(self) -> None:
         self.turn += 1
         asyncio.get_running_loop().call_soon(self.tick)
 
-    async def dispatch(self, peer: Peer, request: protocol.Request) -> Any:
+    async def dispatch(self, peer: Peer, request: protocol.Request, reply_to: ReplyTo | None = None) -> Any:
         self.turns.append(self.turn)
         method = request.method
         if method == "now":
@@ -56,6 +59,22 @@ class Stand:
             await asyncio.sleep(0)
             await asyncio.sleep(0)
             return "after two bare yields"
+        if method == "early":  # a write: its worker sends the answer itself, then the loop finishes the request
+            assert reply_to is not None
+            n, size = request.params.get("n"), request.params.get("size", 0)
+            loop = asyncio.get_running_loop()
+            finished = loop.create_future()
+
+            def worker() -> None:
+                payload = reply_to.outlet.encode_answer(
+                    reply_to.request_id, {"from": "worker", "n": n, "pad": "x" * size}
+                )
+                self.early_sent.append(reply_to.outlet.send_early(reply_to.slot, payload))
+                loop.call_soon_threadsafe(finished.set_result, None)
+
+            threading.Thread(target=worker).start()
+            await finished
+            return {"from": "loop", "n": n}
         if method == "current_task":
             return asyncio.current_task() is not None
         if method == "task_method":  # not taskless: runs in a Task
@@ -79,7 +98,7 @@ def exchange(
             listener.bind(path)
             server = Server(stand.dispatch, lambda peer: True, LIMITS, TASKLESS)
             await server.start(listener)
-            reader, writer = await asyncio.open_unix_connection(path)
+            reader, writer = await asyncio.open_unix_connection(path, limit=2**24)
             writer.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
             await writer.drain()
             if release_after is not None:
@@ -108,6 +127,38 @@ def test_pipelined_taskless_requests_are_answered_in_request_order_even_when_lat
     assert answers[1]["result"] == {"n": 2}
     assert answers[2]["result"] is True  # a method outside the taskless set still gets its Task
     assert answers[3]["result"] == {"released": "yes", "n": 4}
+
+
+def test_an_answer_its_worker_sent_is_the_one_the_client_gets_and_the_only_one() -> None:
+    stand = Stand()
+
+    answers = exchange([call("early", 1, n=1), call("now", 2, n=2), call("early", 3, n=3)], stand)
+
+    assert [a["id"] for a in answers] == [1, 2, 3]  # nothing sent twice: the next answer is the next request's
+    assert answers[0]["result"] == {"from": "worker", "n": 1, "pad": ""}
+    assert answers[1]["result"] == {"n": 2}
+    assert True in stand.early_sent
+
+
+def test_a_worker_never_answers_ahead_of_an_answer_still_owed_on_its_connection() -> None:
+    stand = Stand()
+
+    answers = exchange([call("later", 1, n=1), call("early", 2, n=2)], stand, release_after=0.1)
+
+    assert [a["id"] for a in answers] == [1, 2]
+    assert stand.early_sent == [False]
+    assert answers[1]["result"] == {"from": "loop", "n": 2}  # the loop answered it, in its turn
+
+
+def test_an_early_answer_bigger_than_the_socket_buffer_arrives_whole_and_before_the_next() -> None:
+    stand = Stand()
+    size = 4 * 2**20  # far over a Unix socket's send buffer: the worker's send is partial, the loop sends the rest
+
+    answers = exchange([call("early", 1, n=1, size=size), call("now", 2, n=2)], stand)
+
+    assert stand.early_sent == [True]
+    assert answers[0]["result"] == {"from": "worker", "n": 1, "pad": "x" * size}
+    assert answers[1] == {"jsonrpc": "2.0", "id": 2, "result": {"n": 2}}
 
 
 def test_a_taskless_handler_that_fails_gets_its_error_and_the_connection_goes_on() -> None:

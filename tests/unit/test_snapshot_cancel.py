@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from edits import note
 
-from memd import fsio, git_mirror
+from memd import fsio, git_mirror, snapshot_history
 from memd.config import SnapshotConfig
 from memd.gitrepo import GitRepo
 from memd.snapshots import Snapshotter
@@ -195,7 +195,7 @@ def test_a_restore_stopped_while_it_rewrites_files_leaves_the_restored_tiers_for
         monkeypatch.setattr(
             fsio, "restore_tree", gate.around(real_restore) if how == "cancelled" else restore_then_fail
         )
-        job = asyncio.ensure_future(snapshots.restore(ws, old, ["hot"]))
+        job = asyncio.ensure_future(snapshot_history.restore(snapshots, ws, old, ["hot"]))
         if how == "cancelled":
             await gate.wait_reached()
             job.cancel()
