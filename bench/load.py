@@ -65,6 +65,7 @@ def rpc_templates(method: str, params: dict[str, Any]) -> tuple[bytes, bytes]:
 
 def _rpc(args: dict[str, Any], index: int, barrier: Any, duration: float) -> tuple[Any, ...]:
     templates: list[tuple[bytes, bytes]] = args["templates"]
+    pause: float = args.get("pause", 0.0)  # seconds between an answer and the next request (an agent between steps)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(60)
     sock.connect(args["socket"])
@@ -96,6 +97,9 @@ def _rpc(args: dict[str, Any], index: int, barrier: Any, duration: float) -> tup
     i = 0
     now = t_first
     while now < deadline:
+        if pause:
+            time.sleep(pause)
+            now = time.perf_counter()
         t0 = now
         line = one(i)
         now = time.perf_counter()
@@ -111,12 +115,16 @@ def _rpc(args: dict[str, Any], index: int, barrier: Any, duration: float) -> tup
 def _append(args: dict[str, Any], index: int, barrier: Any, duration: float) -> tuple[Any, ...]:
     path = Path(args["path"]) if args.get("shared") else Path(f"{args['path']}.{index}")
     data: bytes = args["data"]
+    pause: float = args.get("pause", 0.0)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     lat = array("d")
     barrier.wait()
     t_first = now = time.perf_counter()
     deadline = t_first + duration
     while now < deadline:
+        if pause:
+            time.sleep(pause)
+            now = time.perf_counter()
         t0 = now
         os.write(fd, data)
         os.fsync(fd)

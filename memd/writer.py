@@ -225,8 +225,16 @@ class Writer:
                 self._prepare_answers(plan)
 
     def _prepare_answers(self, plan: Batch) -> None:
-        """While the worker waits on the disk: encode the answers of the batch's requests that asked for an early
-        answer, with the usage figures the batch will leave. Unpredictable figures: the loop answers them all."""
+        """While the worker waits on the disk: encode the answer of a lone request that asked for an early answer,
+        with the usage figures the batch will leave. Unpredictable figures: the loop answers it.
+
+        Only a batch of one request is answered by its worker. Under concurrent load the loop's Python is what
+        bounds the rate, and a worker that sends a batch's answers itself takes the GIL from it once per answer
+        (figure 2 of docs/benchmarks.md: 16 clients 7,710 -> 6,156 writes/s when every batch was answered so);
+        a lone writer is where the loop's wake-up after the fsync is latency, not throughput."""
+        if len(plan.accepted) != 1:
+            plan.early.clear()
+            return
         assert self._usage_after is not None
         try:
             usage = self._usage_after(plan)

@@ -257,26 +257,34 @@ def test_answers_prepared_for_a_plan_a_persons_save_undid_are_never_sent(
     assert ws.health.early_usage_mismatches == 0
 
 
-def test_many_mixed_batches_carry_the_usage_that_publishing_leaves(open_alpha: Callable[..., Workspace]) -> None:
+def test_lone_writes_are_answered_by_the_worker_and_batches_of_several_by_the_loop(
+    open_alpha: Callable[..., Workspace],
+) -> None:
     outlet = Outlet(lambda: ws)
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-io") as io:
+    with GatedIO() as io:
         ws = open_alpha(io)
 
-        async def go() -> None:
-            writes = []
-            for i in range(60):
-                ack = EarlyAck(ReplyTo(outlet, i, i), with_usage("x"))
-                edit = note(f"note {i}") if i % 3 == 0 else log_entry(f"entry {i}" * (i % 7 + 1))
-                writes.append(ws.write(edit, ack))
-                if i % 10 == 9:
-                    await asyncio.gather(*writes)  # batches of several requests, hot and warm mixed
-                    writes = []
+        async def go() -> tuple[list[tuple[int, dict[str, Any]]], set[int]]:
+            lone: list[tuple[int, dict[str, Any]]] = []
+            grouped: set[int] = set()
+            for i in range(40):
+                edit = note(f"note {i}") if i % 3 == 0 else log_entry(f"entry {i} " * (i % 7 + 1))
+                name = "note" if i % 3 == 0 else "entry"
+                ack = EarlyAck(ReplyTo(outlet, i, i), with_usage(name))
+                if i % 10 < 5:  # one at a time: a batch of one
+                    result = await ws.write(edit, ack)
+                    lone.append((i, {name: result, "usage": ws.usage_dict()}))
+                else:  # five at once: one batch of several (under load: the loop answers them)
+                    grouped.add(i)
+                    others = [ws.write(log_entry(f"with {i}.{k}")) for k in range(4)]
+                    await asyncio.gather(ws.write(edit, ack), *others)
+            return lone, grouped
 
-        asyncio.run(go())
+        lone, grouped = asyncio.run(go())
 
+    sent = {slot: answered(payload) for slot, payload, _, _ in outlet.sent}
+    assert not grouped & set(sent)
     assert ws.health.early_usage_mismatches == 0
-    assert len(outlet.sent) > 0
-    final = ws.usage_dict()
-    last = max(outlet.sent, key=lambda sent: sent[0])
-    if last[0] == 59:
-        assert answered(last[1])["usage"] == final
+    assert set(sent) == {i for i, _ in lone}
+    for i, loop_answer in lone:  # hot and warm mixed: the usage each carried is what publishing left
+        assert sent[i] == loop_answer
