@@ -8,7 +8,9 @@ Kinds of worker (one process each, closed loop: wait for the answer before the n
   sqlite   stdlib sqlite3, WAL, synchronous=FULL, autocommit: one durable commit per insert
 The "socket floor" peer is `floor_server`: a minimal blocking server (one thread per connection, no parsing) that
 appends and fsyncs each request line's entry before answering: what any socket daemon pays on top of the raw
-loop (two process wake-ups per request), so the gap between it and memd is memd's own.
+loop (two process wake-ups per request), so the gap between it and memd is memd's own. Two kinds: one
+append+fsync at a time (a lock), and concurrent (each connection's thread fsyncs on its own, the kernel's journal
+committing concurrent fsyncs together: issue 17's probe, the floor its 16-client target is measured against).
 Each worker reports its count, errors, per-request latencies and its first/last timestamps (perf_counter is
 CLOCK_MONOTONIC, comparable across processes); the rate is all requests over the union of the windows.
 """
@@ -195,7 +197,7 @@ def _sqlite(args: dict[str, Any], index: int, barrier: Any, duration: float) -> 
     return len(lat), errors, lat.tobytes(), t_first, now, first_error
 
 
-def _floor_server(path: str, data_path: str, data: bytes, ready: Any) -> None:
+def _floor_server(path: str, data_path: str, data: bytes, ready: Any, serial: bool) -> None:
     import resource
     import threading
 
@@ -221,7 +223,11 @@ def _floor_server(path: str, data_path: str, data: bytes, ready: Any) -> None:
             n = buf.count(b"\n")
             buf = buf[buf.rfind(b"\n") + 1 :]
             for _ in range(n):
-                with lock:
+                if serial:
+                    with lock:
+                        os.write(fd, data)
+                        os.fsync(fd)
+                else:  # each connection's thread fsyncs on its own; the journal commits concurrent ones together
                     os.write(fd, data)
                     os.fsync(fd)
                 conn.sendall(reply)
@@ -235,10 +241,12 @@ def _floor_server(path: str, data_path: str, data: bytes, ready: Any) -> None:
 class FloorServer:
     """The minimal blocking socket server + fsync, in its own process (see the module docstring)."""
 
-    def __init__(self, path: str, data_path: str, data: bytes) -> None:
+    def __init__(self, path: str, data_path: str, data: bytes, serial: bool = True) -> None:
+        """`serial`: one append+fsync at a time (a lock); else each connection's thread fsyncs concurrently (the
+        probe of issue 17: no parsing, an fsync per request, the kernel joining concurrent fsyncs)."""
         ready = CTX.Event()
         self.path = path
-        self.proc = CTX.Process(target=_floor_server, args=(path, data_path, data, ready), daemon=True)
+        self.proc = CTX.Process(target=_floor_server, args=(path, data_path, data, ready, serial), daemon=True)
         self.proc.start()
         if not ready.wait(30):
             raise RuntimeError("floor server did not start")
