@@ -239,6 +239,9 @@ class GitRepo:
             "-c", "core.hooksPath=/dev/null",
             "-c", "gc.autoDetach=false",
             "-c", "gc.auto=0",
+            # ...nor start `git maintenance run --auto` after each commit: a process per commit that finds
+            # nothing to do (gc.auto=0), 1.8 per workspace in a first sweep (git_maintenance packs instead).
+            "-c", "maintenance.auto=false",
             "-c", "core.fsync=all",
             "-c", "core.fsyncMethod=fsync",
             # A snapshot stages from hard links to the workspace's files (memd.git_mirror); linking changes an

@@ -855,3 +855,19 @@ def test_a_new_repository_whose_branch_another_git_moved_stages_only_what_differ
     assert stage(repo) == []
     write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
     assert stage(repo) == ["cold/MEMORY.md"]
+
+
+def test_a_commit_starts_no_other_git_process(repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git commit runs `git maintenance run --auto` after itself unless told not to: a process per snapshot that
+    finds nothing to do (memd packs with git_maintenance), 1.8 of ~10 git processes per workspace in a first
+    sweep."""
+    trace = tmp_path / "git-trace"
+    with_trace = {**repo.env(), "GIT_TRACE": str(trace)}
+    monkeypatch.setattr(GitRepo, "env", lambda self: with_trace)
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+
+    snapshot(repo)
+
+    traced = trace.read_text()
+    assert "git commit" in traced  # the trace saw the commit
+    assert "maintenance" not in traced
