@@ -269,20 +269,23 @@ class Snapshotter:
             subject = f"memd: {reason}" + (f" ({', '.join(sorted(dirty))})" if dirty else "")
             body = f"Task: {doc.get('task') or '(none)'}"
             # The commit must be one consistent state that no batch is half-way through: under the writer, the
-            # workspace is mirrored (hard links and a copy of the day files memd appends to: a few ms), and git
-            # stages and commits the mirror once the writer is let go (memd.git_mirror). Where no mirror can be
-            # made, git reads the workspace itself under the writer (~25 ms plus ~12 ms per MB of changed files).
-            tree: Path | None = None
+            # workspace is mirrored (hard links and a copy of the small day files memd appends to: a few ms; the
+            # size of a big one), and git stages and commits the mirror once the writer is let go, the big day
+            # files' recorded prefixes copied first (memd.git_mirror). Where no mirror can be made, git reads the
+            # workspace itself under the writer (~25 ms plus ~12 ms per MB of changed files).
+            mirror: git_mirror.Mirror | None = None
             async with contextlib.nullcontext() if held else ws.exclusive:
                 ws.check_identity()
                 if not held:
-                    tree = await self._to_the_end(_mirror, repo, _live_days(ws))
-                if tree is None:
+                    mirror = await self._to_the_end(_mirror, repo, _live_days(ws))
+                if mirror is None:
                     paths = await self._to_the_end(_stage, repo, state, whole, UNDER_WRITER_LOCK_WAIT)
                     rev = await self._to_the_end(repo.commit, paths, subject, body, all_trailers) if paths else ""
-            if tree is not None:
+            if mirror is not None:
+                tree = mirror.tree
                 view = repo.over(tree)
                 try:
+                    await self._to_the_end(git_mirror.complete, mirror)
                     paths = await self._to_the_end(_stage, view, state, whole, GIT_TIMEOUT)
                     rev = await self._to_the_end(view.commit, paths, subject, body, all_trailers) if paths else ""
                 finally:
@@ -541,7 +544,7 @@ def _held_at_head(repo: GitRepo, directory: Path, days: Sequence[str]) -> Held |
     return held
 
 
-def _mirror(repo: GitRepo, live_days: set[str]) -> Path | None:
+def _mirror(repo: GitRepo, live_days: set[str]) -> git_mirror.Mirror | None:
     """(In a worker, under the writer.) The workspace's mirror to stage from, or None to stage the workspace itself
     (no mirror where hard links cannot reach it; none either when making it failed, a full disk say: logged)."""
     try:

@@ -46,6 +46,12 @@ def repo(tmp_path: Path) -> GitRepo:
     return r
 
 
+def mirrored(repo: GitRepo) -> Path | None:
+    """The mirror as a snapshot makes it: built (under the writer), then completed (after it)."""
+    mirror = git_mirror.build(repo, {TODAY})
+    return None if mirror is None else git_mirror.complete(mirror)
+
+
 def commit_from_mirror(repo: GitRepo, tree: Path) -> str:
     view = repo.over(tree)
     paths = stage(view)
@@ -62,7 +68,7 @@ def show(repo: GitRepo, path: str) -> str:
 def test_files_memd_replaces_whole_are_linked_and_the_day_it_appends_to_is_copied(repo: GitRepo) -> None:
     ws = repo.root
     os.chmod(ws / "cold" / "MEMORY.md", 0o640)
-    tree = git_mirror.build(repo, {TODAY})
+    tree = mirrored(repo)
     assert tree == repo.git_dir / git_mirror.MIRROR_DIR
 
     for linked in ("hot/context.json", "cold/MEMORY.md", f"warm/{OLD_DAY}"):
@@ -75,7 +81,7 @@ def test_files_memd_replaces_whole_are_linked_and_the_day_it_appends_to_is_copie
 
 def test_a_commit_from_the_mirror_is_the_state_it_was_made_of_while_writes_go_on(repo: GitRepo) -> None:
     ws = repo.root
-    tree = git_mirror.build(repo, {TODAY})
+    tree = mirrored(repo)
     assert tree is not None
     with (ws / "warm" / TODAY).open("a") as f:  # the writer, let go: an append lands while git stages
         f.write("\n### 09:01:00 - second\n")
@@ -102,7 +108,7 @@ def test_symbolic_links_are_mirrored_as_links_and_never_followed(repo: GitRepo, 
     os.mkfifo(ws / "cold" / "pipe")
     (ws / "cold" / "x.memd-tmp-1").write_text("half-written\n")
 
-    tree = git_mirror.build(repo, {TODAY})
+    tree = mirrored(repo)
     assert tree is not None
     assert (tree / "cold" / "leak.md").is_symlink() and os.readlink(tree / "cold" / "leak.md") == str(secret)
     assert (tree / "warm" / "elsewhere").is_symlink()
@@ -116,10 +122,10 @@ def test_symbolic_links_are_mirrored_as_links_and_never_followed(repo: GitRepo, 
 
 
 def test_an_unchanged_file_is_not_hashed_again_at_the_next_snapshot(repo: GitRepo) -> None:
-    commit_from_mirror(repo, git_mirror.build(repo, {TODAY}) or Path("/nonexistent"))
+    commit_from_mirror(repo, mirrored(repo) or Path("/nonexistent"))
     with (repo.root / "warm" / TODAY).open("a") as f:
         f.write("\n### 09:02:00 - third\n")
-    commit_from_mirror(repo, git_mirror.build(repo, {TODAY}) or Path("/nonexistent"))
+    commit_from_mirror(repo, mirrored(repo) or Path("/nonexistent"))
 
     # Index entries whose stat data no longer match the file are what git hashes again: only the copied day.
     dirty = repo.run("diff-files", "--name-only").decode().split()
@@ -131,7 +137,7 @@ def test_a_mirror_left_by_an_interrupted_snapshot_is_replaced(repo: GitRepo) -> 
     stale.mkdir(parents=True)
     (stale / "leftover.json").write_text("{}")
 
-    tree = git_mirror.build(repo, {TODAY})
+    tree = mirrored(repo)
     assert tree is not None
     assert not (tree / "hot" / "leftover.json").exists()
     assert (tree / "hot" / "context.json").exists()
@@ -153,3 +159,54 @@ def test_no_mirror_where_the_repository_is_on_another_file_system(tmp_path: Path
         assert git_mirror.build(r, {TODAY}) is None
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+# --- a big day: copied after the writer is let go --------------------------------------------------------------
+
+
+def big_day(repo: GitRepo) -> bytes:
+    entry = "\n### 09:00:00 - an entry of a long day\n- **files**: memd/writer.py\n"
+    data = ("# Activity Log 2026-12-02\n" + entry * (git_mirror.PREFIX_COPY_BYTES // len(entry) + 10)).encode()
+    (repo.root / "warm" / TODAY).write_bytes(data)
+    return data
+
+
+def test_a_big_day_is_copied_after_the_writer_exactly_as_it_was_under_it(repo: GitRepo) -> None:
+    data = big_day(repo)
+    mirror = git_mirror.build(repo, {TODAY})
+    assert mirror is not None
+    assert not (mirror.tree / "warm" / TODAY).exists()  # nothing copied under the writer
+    with (repo.root / "warm" / TODAY).open("a") as f:  # the writer, let go: memd appends while git stages
+        f.write("\n### 23:59:00 - after the snapshot\n")
+
+    commit_from_mirror(repo, git_mirror.complete(mirror))
+
+    assert show(repo, f"warm/{TODAY}").encode() == data
+
+
+def test_a_big_day_saved_over_before_it_was_copied_is_committed_whole_as_saved(repo: GitRepo) -> None:
+    big_day(repo)
+    mirror = git_mirror.build(repo, {TODAY})
+    assert mirror is not None
+    saved = b"# Activity Log 2026-12-02\n\n### 10:00:00 - a person's shorter version\n"
+    (repo.root / "warm" / "editor.tmp").write_bytes(saved)
+    os.replace(repo.root / "warm" / "editor.tmp", repo.root / "warm" / TODAY)
+
+    commit_from_mirror(repo, git_mirror.complete(mirror))
+
+    assert show(repo, f"warm/{TODAY}").encode() == saved
+
+
+def test_a_big_day_rewritten_in_place_before_it_was_copied_is_committed_whole_never_a_torn_prefix(
+    repo: GitRepo,
+) -> None:
+    data = big_day(repo)
+    mirror = git_mirror.build(repo, {TODAY})
+    assert mirror is not None
+    rewritten = data.replace(b"an entry of a long day", b"AN ENTRY OF A LONG DAY") + b"\n### 11:00:00 - more\n"
+    with (repo.root / "warm" / TODAY).open("r+b") as f:  # same inode, longer, other bytes where the end was
+        f.write(rewritten)
+
+    commit_from_mirror(repo, git_mirror.complete(mirror))
+
+    assert show(repo, f"warm/{TODAY}").encode() == rewritten
