@@ -660,12 +660,13 @@ class Writers:
                 counters[k] = counters.get(k, 0) + v
         return values, counters
 
-    def timeline(self) -> list[tuple[float, float]]:
-        """(sent at, latency) of every answered request of every client, by send time (CLOCK_MONOTONIC)."""
-        points: list[tuple[float, float]] = []
+    def timeline(self) -> list[tuple[float, float, str]]:
+        """(sent at, latency, method) of every answered request of every client, by send time (CLOCK_MONOTONIC)."""
+        points: list[tuple[float, float, str]] = []
         for client in self.clients:
             path = self.out / f"{client}.lat"
             if path.exists():
                 data = json.loads(path.read_text())
-                points += zip(data.get("sent", []), data["latencies"], strict=False)
+                methods = data.get("methods") or ["?"] * len(data["latencies"])
+                points += zip(data.get("sent", []), data["latencies"], methods, strict=False)
         return sorted(points)

@@ -46,14 +46,14 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
     return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var
 
 
-def steadiness(report: Report, timeline: list[tuple[float, float]], t0: float, duration: float) -> None:
+def steadiness(report: Report, timeline: list[tuple[float, float, str]], t0: float, duration: float) -> None:
     """The --long checks: per-minute rate, p99 drift between the first and the last tenth."""
     if not timeline:
         report.fail("no request was answered")
         return
     minutes = int(duration // 60)
     counts = [0] * max(1, minutes)
-    for sent, _ in timeline:
+    for sent, _, _ in timeline:
         minute = int((sent - t0) // 60)
         if 0 <= minute < len(counts):
             counts[minute] += 1
@@ -66,10 +66,18 @@ def steadiness(report: Report, timeline: list[tuple[float, float]], t0: float, d
         + ", ".join(f"minute {i + 1}: {r:.0f}/s" for i, r in slow[:10]),
     )
     tenth = duration / 10
-    first = [lat for sent, lat in timeline if sent - t0 < tenth]
-    last = [lat for sent, lat in timeline if sent - t0 >= duration - tenth]
+    first = [lat for sent, lat, _ in timeline if sent - t0 < tenth]
+    last = [lat for sent, lat, _ in timeline if sent - t0 >= duration - tenth]
     p_first, p_last = percentiles(first, (99,))["p99"], percentiles(last, (99,))["p99"]
     report.figure("p99 drift", f"first tenth {ms(p_first)}, last tenth {ms(p_last)} (bound {P99_DRIFT}x + 2 ms)")
+    by_method = []  # which requests drift: what a failing check above needs to be looked into
+    for method in sorted({m for _, _, m in timeline}):
+        early = [lat for sent, lat, m in timeline if m == method and sent - t0 < tenth]
+        late = [lat for sent, lat, m in timeline if m == method and sent - t0 >= duration - tenth]
+        if early and late:
+            p_early, p_late = percentiles(early, (99,))["p99"], percentiles(late, (99,))["p99"]
+            by_method.append(f"{method} {ms(p_early)} -> {ms(p_late)}")
+    report.figure("p99/method", "; ".join(by_method))
     report.check(
         p_last <= P99_DRIFT * p_first + 0.002,
         f"p99 grew from {ms(p_first)} in the first tenth of the run to {ms(p_last)} in the last",
@@ -121,7 +129,7 @@ def run(ctx: Context) -> Report:
     finally:
         d.close()
     latencies: list[float] = []
-    timeline: list[tuple[float, float]] = []
+    timeline: list[tuple[float, float, str]] = []
     counters: dict[str, int] = {}
     acked = lost = compressed = 0
     for name, g in zip(names, groups, strict=True):

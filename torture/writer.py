@@ -73,6 +73,7 @@ def main() -> int:
     err_fd = os.open(os.path.join(args.out, f"{client}.err"), flags, 0o644)
     latencies: list[float] = []
     sent: list[float] = []  # when each answered request was sent, in the order of `latencies`
+    methods: list[str] = []  # ...and its method
     counters = collections.Counter()
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -84,11 +85,11 @@ def main() -> int:
         except (FileNotFoundError, ConnectionRefusedError):
             if time.monotonic() > deadline:
                 counters["connect_failed"] += 1
-                return finish(args, client, latencies, sent, counters)
+                return finish(args, client, latencies, sent, counters, methods)
             time.sleep(0.01)
     sock.settimeout(args.timeout)
     buffer = b""
-    inflight: collections.deque[tuple[int, str, str, float]] = collections.deque()
+    inflight: collections.deque[tuple[int, str, str, str, float]] = collections.deque()
     n = 0
     start = time.monotonic()
     next_at = start
@@ -130,7 +131,7 @@ def main() -> int:
                     os.write(sent_fd, f"{label}\n".encode())
                 line = json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}) + "\n"
                 sock.sendall(line.encode())
-                inflight.append((n, label, kind, time.monotonic()))
+                inflight.append((n, label, kind, method, time.monotonic()))
                 next_at = max(next_at + (1.0 / args.rate if args.rate else 0.0), now - 1.0)
                 now = time.monotonic()
             if not inflight:
@@ -143,9 +144,10 @@ def main() -> int:
                     raise ConnectionError("closed")
                 buffer += chunk
             raw, _, buffer = buffer.partition(b"\n")
-            rid, label, kind, sent_at = inflight.popleft()
+            rid, label, kind, method, sent_at = inflight.popleft()
             latencies.append(time.monotonic() - sent_at)
             sent.append(sent_at)
+            methods.append(method)
             response = json.loads(raw)
             if response.get("id") != rid:
                 os.write(err_fd, f"{label}\tORDER\tresponse id {response.get('id')!r} for request {rid}\n".encode())
@@ -166,7 +168,7 @@ def main() -> int:
     finally:
         counters["unanswered"] += len(inflight)
         sock.close()
-    return finish(args, client, latencies, sent, counters)
+    return finish(args, client, latencies, sent, counters, methods)
 
 
 def finish(
@@ -175,9 +177,10 @@ def finish(
     latencies: list[float],
     sent: list[float],
     counters: collections.Counter[str],
+    methods: list[str],
 ) -> int:
     with open(os.path.join(args.out, f"{client}.lat"), "w", encoding="utf-8") as f:
-        json.dump({"latencies": latencies, "sent": sent, "counters": dict(counters)}, f)
+        json.dump({"latencies": latencies, "sent": sent, "counters": dict(counters), "methods": methods}, f)
     return 0
 
 
