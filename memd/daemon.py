@@ -12,10 +12,10 @@ says which runs.
 The scheduled jobs are registered here from the config (again after every reload); what each one does is in
 memd.daemon_jobs (retention sweeps of many workspaces, bounded by `daemon.sweep_concurrency`, and their lock
 order too), and how `status` is assembled from the daemon-wide parts handed down is in memd.status_report.
-Imports memd (its version), memd.daemon_jobs, memd.listen, memd.notify, memd.snapshot_push, memd.status_report,
-memd.changes, memd.checkpoint, memd.config, memd.early_ack, memd.errors, memd.handlers, memd.jobs, memd.llm,
-memd.metrics, memd.promote_llm, memd.protocol, memd.registry, memd.search, memd.server, memd.snapshots,
-memd.summarizer, memd.sync, memd.tokens, memd.workspace and memd.writer: everything it wires.
+Imports memd (its version), memd.daemon_jobs, memd.listen, memd.malloc_tuning, memd.notify, memd.snapshot_push,
+memd.status_report, memd.changes, memd.checkpoint, memd.config, memd.early_ack, memd.errors, memd.handlers,
+memd.jobs, memd.llm, memd.metrics, memd.promote_llm, memd.protocol, memd.registry, memd.search, memd.server,
+memd.snapshots, memd.summarizer, memd.sync, memd.tokens, memd.workspace and memd.writer: everything it wires.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memd import __version__, daemon_jobs, listen, notify, snapshot_push, status_report
+from memd import __version__, daemon_jobs, listen, malloc_tuning, notify, snapshot_push, status_report
 from memd.changes import Fanout
 from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
@@ -77,6 +77,7 @@ class Daemon:
         self.metrics = Metrics(self.status)  # the daemon's own registry; measured where it happens, or from status
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-io")
         self.completions = Completions()  # batches the io threads finished, taken in before each request reads
+        self.malloc: dict[str, object] = {}  # what `run` set of glibc's malloc (memd.malloc_tuning)
         # git has its own threads: a slow or hung git (timeouts up to a minute) must never delay an fsync.
         self.git_io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memd-git")
         # ...and a repack (seconds, at the lowest CPU priority) has one of its own: it never holds up a snapshot.
@@ -146,6 +147,7 @@ class Daemon:
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 1),
             "loop": loop_name(),
+            "malloc": self.malloc,
             "socket": str(self.listener.path if self.listener else self.config.server.socket),
             "config": str(self.config_path) if self.config_path else "(embedded default)",
             "connections": len(self.server.connections) if self.server else 0,
@@ -500,15 +502,23 @@ def run(config_path: Path | None, env: MutableMapping[str, str]) -> int:
     """`memd run`: parse the config, pick the event loop, serve until stopped. Raises ConfigError, StartupError."""
     config = load_config(config_path, env)
     factory = loop_factory(env.get("MEMD_LOOP") or config.daemon.loop)
+    malloc = malloc_tuning.tune(env)  # before any thread allocates: glibc makes arenas per thread
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(run_daemon(config_path, env, config))
+        return runner.run(run_daemon(config_path, env, config, malloc))
 
 
-async def run_daemon(config_path: Path | None, env: MutableMapping[str, str], config: Config | None = None) -> int:
-    """Serve on the running loop (`run` picks it). `config`: already parsed from `config_path`."""
+async def run_daemon(
+    config_path: Path | None,
+    env: MutableMapping[str, str],
+    config: Config | None = None,
+    malloc: Mapping[str, object] | None = None,
+) -> int:
+    """Serve on the running loop (`run` picks it). `config`: already parsed from `config_path`; `malloc`: what
+    `run` set of glibc's malloc (status shows it)."""
     config = config or load_config(config_path, env)
     configure_logging(config.daemon.log_level)
     daemon = Daemon(config, config_path, env)
+    daemon.malloc = dict(malloc or {"applied": False, "reason": "not started by `memd run`"})
     try:
         return await daemon.run()
     except StartupError:

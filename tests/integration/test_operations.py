@@ -5,6 +5,8 @@ with snapshots on. Real daemons over real sockets; waits are bounded polls, neve
 
 from __future__ import annotations
 
+import platform
+
 import subprocess
 import sys
 from collections.abc import Callable
@@ -59,6 +61,17 @@ def test_status_says_which_event_loop_serves_as_configured(
 
 def test_uvloop_serves_by_default_when_it_is_installed(daemon: RunningDaemon) -> None:
     assert daemon.call("status")["loop"] == "uvloop"
+
+
+def test_status_says_what_memd_set_of_glibc_malloc_and_the_environment_wins(
+    make_daemon: MakeDaemon, short_root: Path
+) -> None:
+    own = make_daemon("malloc-own").call("status")["malloc"]
+    theirs = make_daemon("malloc-env", env={"MALLOC_ARENA_MAX": "4"}).call("status")["malloc"]
+
+    if platform.libc_ver()[0] == "glibc":
+        assert own == {"applied": True, "mmap_threshold": 131072, "arena_max": 2}
+    assert theirs == {"applied": False, "reason": "set in the environment (MALLOC_ARENA_MAX)"}
 
 
 def test_memd_loop_in_the_environment_overrides_the_config(make_daemon: MakeDaemon, short_root: Path) -> None:
