@@ -6,7 +6,6 @@ with snapshots on. Real daemons over real sockets; waits are bounded polls, neve
 from __future__ import annotations
 
 import platform
-
 import subprocess
 import sys
 from collections.abc import Callable
