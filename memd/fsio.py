@@ -199,6 +199,14 @@ class Renames:
 RENAMES = Renames()
 
 
+def is_real_dir(path: Path) -> bool:
+    """A directory, not a symlink to one (nor anything that cannot be looked at)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
     try:

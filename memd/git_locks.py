@@ -8,20 +8,21 @@ sync (a daemon killed with its process group) leaves `HEAD.lock`, `refs/**/*.loc
 every later commit: `clear_stale_locks` removes them once they are old enough (`STALE_LOCK_SECONDS`, or less right
 after the daemon's start: `start_lock_age`) and no git is running in the repository (a /proc scan). Nothing is
 ever removed outside the workspace directory the repository was made for (`GitRepo.check_root` first).
-Imports nothing from memd at run time (memd.gitrepo's `GitRepo` only for annotations: memd.gitrepo calls this
-module when it opens a repository).
+Imports memd.fsio (memd.gitrepo's `GitRepo` only for annotations: memd.gitrepo calls this module when it opens
+a repository).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from memd import fsio
 
 if TYPE_CHECKING:
     from memd.gitrepo import GitRepo
@@ -69,7 +70,7 @@ def clear_stale_locks(repo: GitRepo, min_age: float = STALE_LOCK_SECONDS) -> lis
     repo.check_root()
     found = [repo.git_dir / f"{name}.lock" for name in ("index", "HEAD", "ORIG_HEAD", "config", "packed-refs")]
     refs = repo.git_dir / "refs"
-    if _real_dir(refs):
+    if fsio.is_real_dir(refs):
         found += [p for p in refs.rglob("*.lock") if p.is_file() and not p.is_symlink()]
     present = [p for p in found if p.is_file()]
     now = time.time()
@@ -125,11 +126,3 @@ def _git_running_in(git_dir: Path, work_tree: Path) -> bool:
         if cwd in (str(work_tree), str(git_dir)) or cwd.startswith(str(work_tree) + "/"):
             return True
     return False
-
-
-def _real_dir(path: Path) -> bool:
-    """A directory, not a symlink to one (`gitrepo.is_real_dir`, which this module sits below)."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False

@@ -6,7 +6,7 @@ temporaries stay out; a file that vanishes while git looks at it is retried, nev
 the tier files proper, listed here from what exists (no symlink followed) and added with `--force`, so neither
 the user's global excludes (`core.excludesFile`) nor a `.gitignore` in the workspace keeps one out of git. memd's
 own files (its `.memd-tmp-` temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on
-every `add`. Imports memd.gitrepo.
+every `add`. Imports memd.gitrepo and memd.fsio.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from memd import fsio
 from memd.gitrepo import (
     ARCHIVE_DIR,
     DAY_FILE,
@@ -26,7 +27,6 @@ from memd.gitrepo import (
     WARM_DIR,
     GitError,
     GitRepo,
-    is_real_dir,
 )
 
 ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it
@@ -125,7 +125,7 @@ def _tier_files(repo: GitRepo) -> list[str]:
 def _real_dir(repo: GitRepo, relative: str) -> bool:
     """Is every component of `relative` a directory, none a symlink?"""
     parts = relative.split("/")
-    return all(is_real_dir(repo.work_tree.joinpath(*parts[: i + 1])) for i in range(len(parts)))
+    return all(fsio.is_real_dir(repo.work_tree.joinpath(*parts[: i + 1])) for i in range(len(parts)))
 
 
 def _regular_file(repo: GitRepo, relative: str) -> bool:

@@ -20,7 +20,7 @@ Every call: a timeout, `GIT_TERMINAL_PROMPT=0`, an explicit identity, hooks disa
 
 The locks git leaves (waiting for a live git's `index.lock`, removing the ones a killed git left): memd.git_locks.
 Reading the history back (log, a file at a commit, diffs): memd.git_history.
-Imports memd.errors and memd.git_locks.
+Imports memd.errors, memd.fsio and memd.git_locks.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from memd import git_locks
+from memd import fsio, git_locks
 from memd.errors import MemdError, Unavailable
 
 GIT_TIMEOUT = 30.0
@@ -166,7 +166,7 @@ class GitRepo:
         """Choose where this workspace's snapshot repository lives (see the module docstring)."""
         _root_identity(work_tree)  # a symlinked or missing workspace gets no repository anywhere
         own = work_tree / ".git"
-        if is_real_dir(own):
+        if fsio.is_real_dir(own):
             if adopt or _managed_marker(git, own) == "true":
                 return cls(work_tree, own, git, paths)
             return cls(work_tree, separate_dir, git, paths)
@@ -501,14 +501,6 @@ def _root_identity(work_tree: Path) -> tuple[int, int]:
     if not stat.S_ISDIR(st.st_mode):
         raise GitError(f"workspace directory {work_tree} is not a directory; no git command runs for it")
     return st.st_dev, st.st_ino
-
-
-def is_real_dir(path: Path) -> bool:
-    """A directory, not a symlink to one."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 def _one_line(text: str) -> str:

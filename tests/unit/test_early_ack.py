@@ -10,11 +10,12 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
 from edits import note
+from hooked_io import HookedIO
 
 from memd import protocol
 from memd.batch import Draft
@@ -41,14 +42,13 @@ class Outlet:
         return self.accept
 
 
-class GatedIO(ThreadPoolExecutor):
-    """An I/O executor whose writes start once the loop has finished the turn that submitted them (so the answers
-    it prepares during the write are ready), after the given edits of the files."""
+class GatedIO(HookedIO):
+    """Writes start once the loop has finished the turn that submitted them, so the answers it prepares during the
+    write are ready; `inline_next`: the next write runs at once, before the loop prepares any answer."""
 
     def __init__(self) -> None:
-        super().__init__(max_workers=1, thread_name_prefix="test-io")
-        self.before: list[Callable[[], None]] = []
-        self.inline_next = False  # the next write runs at once, before the loop prepares any answer
+        super().__init__()
+        self.inline_next = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         if self.inline_next:
@@ -61,15 +61,12 @@ class GatedIO(ThreadPoolExecutor):
             return done
         gate = threading.Event()
         asyncio.get_running_loop().call_soon(gate.set)
-        before, self.before = self.before, []
 
-        def run() -> Any:
+        def gated(*a: Any, **k: Any) -> Any:
             assert gate.wait(10)
-            for edit in before:
-                edit()
-            return fn(*args, **kwargs)
+            return fn(*a, **k)
 
-        return super().submit(run)
+        return super().submit(gated, *args, **kwargs)
 
 
 @pytest.fixture
@@ -195,7 +192,7 @@ def test_an_append_by_someone_else_during_the_write_leaves_the_answer_to_the_loo
             with day.open("a") as f:
                 f.write("- 12:00:00 | a tool appended this line\n")
 
-        gated_io.before.append(tool_appends)
+        gated_io.edits.append(tool_appends)
         ack = EarlyAck(ReplyTo(outlet, "slot", 2), with_usage("entry"))
         await ws.write(log_entry("second"), ack)
         assert ack.payload is not None and not ack.sent  # prepared, but the usage it carries no longer holds
@@ -243,7 +240,7 @@ def test_answers_prepared_for_a_plan_a_persons_save_undid_are_never_sent(
 
     async def go() -> dict[str, Any]:
         await ws.write(step("first"))
-        gated_io.before.append(person_saves)  # the first plan's publish meets the person's save: planned again
+        gated_io.edits.append(person_saves)  # the first plan's publish meets the person's save: planned again
         ack = EarlyAck(ReplyTo(outlet, "slot", 1), with_usage("not_pending"))
         missing = await ws.write(step("second"), ack)
         return {"not_pending": missing, "usage": ws.usage_dict()}

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from clocks import START
 from edits import note
+from hooked_io import HookedIO
 from hot_files import context_file, own_file, read_hot
 
 from memd import fsio, sweep
@@ -194,34 +195,15 @@ def test_an_append_after_someone_left_the_last_line_open_starts_on_a_new_line(tm
 # --- the writer: plan again on the person's version -------------------------------------------------------------
 
 
-class PersonBeforePublish(ThreadPoolExecutor):
-    """An I/O executor that lets a person save a file after memd planned a batch and before it publishes it:
-    exactly the instant the old writer did not look at."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=1, thread_name_prefix="test-io")
-        self.edits: list[Callable[[], None]] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        edits, self.edits = self.edits, []
-
-        def run() -> Any:
-            for edit in edits:
-                edit()
-            return fn(*args, **kwargs)
-
-        return super().submit(run)
-
-
 @pytest.fixture
-def person_io() -> Iterator[PersonBeforePublish]:
-    executor = PersonBeforePublish()
+def person_io() -> Iterator[HookedIO]:
+    executor = HookedIO()
     yield executor
     executor.shutdown()
 
 
 @pytest.fixture
-def ws(open_alpha: Callable[..., Workspace], person_io: PersonBeforePublish) -> Workspace:
+def ws(open_alpha: Callable[..., Workspace], person_io: HookedIO) -> Workspace:
     return open_alpha(person_io)
 
 
@@ -248,7 +230,7 @@ def rename_over(path: Path, data: bytes) -> None:
 
 
 def test_a_hot_save_between_planning_and_publishing_survives_with_the_agents_note(
-    ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
+    ws: Workspace, person_io: HookedIO, publish_mode: str
 ) -> None:
     write(ws, note("first"))
     own = own_file(ws.root)  # the notes' file
@@ -267,7 +249,7 @@ def test_a_hot_save_between_planning_and_publishing_survives_with_the_agents_not
 
 
 def test_a_context_json_save_between_planning_and_publishing_survives_with_the_agents_decision(
-    ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
+    ws: Workspace, person_io: HookedIO, publish_mode: str
 ) -> None:
     write(ws, note("first"))
     hot = context_file(ws.root)  # the session's file: task, step, decisions
@@ -286,7 +268,7 @@ def test_a_context_json_save_between_planning_and_publishing_survives_with_the_a
 
 
 def test_a_learning_appended_with_shell_redirection_meanwhile_is_kept(
-    ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
+    ws: Workspace, person_io: HookedIO, publish_mode: str
 ) -> None:
     write(ws, lambda d: d.learn("Testing", "memd's first"))
     memory = ws.root / "cold" / "MEMORY.md"
@@ -305,7 +287,7 @@ def test_a_learning_appended_with_shell_redirection_meanwhile_is_kept(
 
 
 def test_the_warm_append_of_a_replanned_batch_is_made_once(
-    ws: Workspace, person_io: PersonBeforePublish, publish_mode: str
+    ws: Workspace, person_io: HookedIO, publish_mode: str
 ) -> None:
     write(ws, note("first"), lambda d: d.set_hot({**d.edit_hot(), "current_step": "first"}))
     hot = context_file(ws.root)
@@ -326,7 +308,7 @@ def test_the_warm_append_of_a_replanned_batch_is_made_once(
 
 
 def test_a_file_rewritten_before_every_attempt_fails_the_batch_with_a_clear_error(
-    ws: Workspace, person_io: PersonBeforePublish
+    ws: Workspace, person_io: HookedIO
 ) -> None:
     write(ws, note("first"))
     hot = own_file(ws.root)  # where the notes are
@@ -431,7 +413,7 @@ def test_startup_recovery_removes_dead_writers_temp_files_but_not_this_processs_
 
 
 def test_a_re_plan_whose_re_read_fails_fails_the_batch_and_frees_the_writer(
-    ws: Workspace, person_io: PersonBeforePublish, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, person_io: HookedIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write(ws, note("first"))
     hot = ws.root / "hot" / "context.json"
@@ -528,7 +510,7 @@ def test_an_adoption_cancelled_twice_still_keeps_the_writer_until_its_worker_has
 
 
 def test_a_request_that_failed_in_the_first_plan_is_not_run_again_and_the_rest_are_planned_again(
-    ws: Workspace, person_io: PersonBeforePublish
+    ws: Workspace, person_io: HookedIO
 ) -> None:
     write(ws, note("first"))
     own = own_file(ws.root)
@@ -571,7 +553,7 @@ def propose(pid: str, text: str) -> Callable[[Draft], Any]:
 
 @pytest.mark.parametrize("tier", ["hot", "cold", "proposals"])
 def test_an_edit_the_fingerprint_cannot_see_is_read_again_once_the_publish_finds_it(
-    ws: Workspace, person_io: PersonBeforePublish, tier: str
+    ws: Workspace, person_io: HookedIO, tier: str
 ) -> None:
     if tier == "hot":
         write(ws, note("first note"))
