@@ -137,3 +137,4 @@ class Batch:
     refused: OSError | None = None  # the planner found the disk would refuse this batch: it fails whole
     early: list[tuple[EarlyAck, Any]] = field(default_factory=list)  # answers (and results) the worker may send
     usage_after: Mapping[str, Any] | None = None  # the usage figures the early answers carry
+    as_planned: bool = False  # the worker found it durable exactly as planned: its early answers may go out

@@ -14,8 +14,10 @@ request is reported to `observe` (method, error code or None, seconds since its 
 metrics. Runs on asyncio's own loop and on uvloop alike: only the Transport methods both provide are used (uvloop's
 transports are not `asyncio.Transport` instances, and its `get_extra_info("socket")` is a socket-like object
 that `peer_of` reads the same way). A write's answer may be sent by the worker thread that made it durable
-(memd.early_ack): `send_early` does that only for the oldest answer owed with nothing buffered ahead of it, under
-the connection's send lock, on a duplicate of its socket (so a closed connection's number is never written to).
+(memd.early_ack): `send_early` does that only for the oldest answer owed, that the loop has not taken up, with
+nothing the loop wrote still unsent, under the connection's send lock, on a duplicate of its socket made on first
+use and closed when the connection is lost (so a closed connection's number is never written to). The worker
+calls no transport method: what is buffered is a flag the loop keeps.
 Imports memd.peercred, memd.handlers, memd.early_ack, memd.protocol and memd.errors.
 """
 
@@ -134,10 +136,11 @@ class _Reply:
     """One response slot, in request order: bytes to send, None for a notification, unset while pending. `early`:
     the answer a worker sent itself (`early_sent` bytes of it went out; the loop sends the rest)."""
 
-    __slots__ = ("answered", "done", "early", "early_sent", "payload", "started")
+    __slots__ = ("answered", "claimed", "done", "early", "early_sent", "payload", "started")
 
     def __init__(self) -> None:
         self.done = False
+        self.claimed = False  # the loop took the answer up (under the send lock): no worker sends it any more
         self.payload: bytes | None = None
         self.started = time.perf_counter()
         self.early: bytes | None = None
@@ -168,7 +171,10 @@ class Connection(asyncio.Protocol):
         # Sends from worker threads (send_early) and from the loop (_flush) take turns on this lock, so answers
         # never interleave; the worker writes to a duplicate of the socket, closed under the lock at the end.
         self._send_lock = threading.Lock()
-        self._early_socket: socket.socket | None = None
+        self._fd = -1  # the connection's socket, open until connection_lost (both loops close it after)
+        self._early_socket: socket.socket | None = None  # its duplicate, made by the first early send
+        self._lost = False
+        self._unsent = False  # the loop's last write left bytes in the transport (kept by the loop, under the lock)
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
@@ -195,9 +201,9 @@ class Connection(asyncio.Protocol):
         server.stats["accepted"] += 1
         self.generation = server.generation
         try:
-            self._early_socket = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
-        except OSError as exc:  # out of descriptors: this connection is answered by the loop only
-            log.warning("answers on this connection wait for the loop: could not duplicate its socket: %s", exc)
+            self._fd = transport.get_extra_info("socket").fileno()
+        except (AttributeError, OSError):  # no socket to reach: this connection is answered by the loop only
+            self._fd = -1
         self.closing = False
         server.connections.add(self)
         self.last_active = asyncio.get_running_loop().time()
@@ -205,6 +211,8 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        if self._unsent:
+            self._check_unsent()
         self.buffer += data
         self._process_buffer()
 
@@ -276,6 +284,7 @@ class Connection(asyncio.Protocol):
         self.closing = True
         self.server.connections.discard(self)
         with self._send_lock:
+            self._lost = True
             early, self._early_socket = self._early_socket, None
         if early is not None:
             early.close()
@@ -286,6 +295,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:  # asyncio calls this once, when the buffer drained below its low mark
         self._writes_blocked = False
+        self._check_unsent()
         self._maybe_resume()
 
     # --- requests -------------------------------------------------------------------------------------------
@@ -356,6 +366,8 @@ class Connection(asyncio.Protocol):
             self._finish(reply, request, None if exc is not None else task.result(), exc)
 
     def _finish(self, reply: _Reply, request: protocol.Request, result: Any, exc: BaseException | None) -> None:
+        with self._send_lock:  # from here on no worker sends this answer: the loop's and the worker's never race
+            reply.claimed = True
         if reply.early is not None:  # a worker answered once the write was durable; this is the loop catching up
             self._finish_early(reply, request, exc)
             return
@@ -403,20 +415,21 @@ class Connection(asyncio.Protocol):
         answer owed and nothing is buffered ahead of it. Never blocks: a full socket buffer (EAGAIN) or a gone
         peer leaves the answer to the loop."""
         with self._send_lock:
-            early_socket, transport = self._early_socket, self.transport
             if (
-                early_socket is None
-                or transport is None
-                or slot.done  # the loop has answered it already (it is about to send)
+                self._lost
+                or self.closing
+                or self._fd < 0
+                or self._unsent
+                or slot.claimed  # the loop has taken the answer up: it sends it
                 or not self.responses
                 or self.responses[0] is not slot
-                or transport.is_closing()
-                or transport.get_write_buffer_size()
             ):
                 return False
             try:
-                sent = early_socket.send(payload, _SEND_EARLY)
-            except OSError:
+                if self._early_socket is None:  # open: connection_lost, which both loops call before closing it, is not
+                    self._early_socket = socket.socket(fileno=os.dup(self._fd))
+                sent = self._early_socket.send(payload, _SEND_EARLY)
+            except OSError:  # EAGAIN (the client's buffer is full), a gone peer, out of descriptors: the loop answers
                 return False
             slot.early, slot.early_sent, slot.answered = payload, sent, time.perf_counter()
             return True
@@ -436,8 +449,16 @@ class Connection(asyncio.Protocol):
                     out.append(reply.payload)
             if out and self.transport is not None and not self.transport.is_closing():
                 self.transport.write(b"".join(out))
+                self._unsent = bool(self.transport.get_write_buffer_size())
         self.last_active = asyncio.get_running_loop().time()
         self._maybe_resume()
+
+    def _check_unsent(self) -> None:
+        """On the loop: is what it wrote all in the kernel now? Until then no worker sends on this connection."""
+        transport = self.transport
+        if transport is not None and not transport.get_write_buffer_size():
+            with self._send_lock:
+                self._unsent = False
 
     def _maybe_resume(self) -> None:
         """After answers were sent or writing resumed: dispatch lines that had to wait, or read again."""

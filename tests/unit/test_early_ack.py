@@ -33,12 +33,15 @@ class Outlet:
         self.ws = ws
         self.sent: list[tuple[Any, bytes, str, int]] = []
         self.accept = True
+        self.fails = False
 
     def encode_answer(self, request_id: Any, result: Any) -> bytes:
         return protocol.encode_result(request_id, result)
 
     def send_early(self, slot: Any, payload: bytes) -> bool:
         self.sent.append((slot, payload, threading.current_thread().name, self.ws().health.batches))
+        if self.fails:
+            raise RuntimeError("a bug in the connection's send")
         return self.accept
 
 
@@ -217,6 +220,26 @@ def test_a_full_socket_leaves_the_answer_to_the_loop(open_alpha: Callable[..., W
 
     asyncio.run(go())
 
+    assert len(outlet.sent) == 1
+    assert ws.health.early_answers == 0
+
+
+def test_a_send_that_fails_leaves_the_answer_to_the_loop_and_the_writer_goes_on(
+    open_alpha: Callable[..., Workspace], gated_io: GatedIO
+) -> None:
+    outlet = Outlet(lambda: ws)
+    outlet.fails = True
+    ws = open_alpha(gated_io)
+
+    async def go() -> list[Any]:
+        first = EarlyAck(ReplyTo(outlet, "slot", 1), with_usage("entry"))
+        done = [await asyncio.wait_for(ws.write(log_entry("sent by the loop"), first), 10)]
+        done.append(await asyncio.wait_for(ws.write(log_entry("and the next one")), 10))  # the writer is free
+        return done
+
+    written = asyncio.run(go())
+
+    assert [entry["action"] for entry in written] == ["sent by the loop", "and the next one"]
     assert len(outlet.sent) == 1
     assert ws.health.early_answers == 0
 

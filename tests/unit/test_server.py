@@ -47,7 +47,8 @@ class Stand:
         self.turns.append(self.turn)
         method = request.method
         if method == "now":
-            return {"n": request.params.get("n")}
+            size = request.params.get("size")
+            return {"n": request.params.get("n")} | ({"pad": "x" * size} if size else {})
         if method == "later":
             assert self.release is not None
             return {"released": await self.release, "n": request.params.get("n")}
@@ -159,6 +160,16 @@ def test_an_early_answer_bigger_than_the_socket_buffer_arrives_whole_and_before_
     assert stand.early_sent == [True]
     assert answers[0]["result"] == {"from": "worker", "n": 1, "pad": "x" * size}
     assert answers[1] == {"jsonrpc": "2.0", "id": 2, "result": {"n": 2}}
+
+
+def test_a_worker_never_sends_into_the_middle_of_the_loops_last_answer() -> None:
+    stand = Stand()
+    size = 4 * 2**20  # the loop's answer fills the socket: most of it waits in the transport
+
+    answers = exchange([call("now", 1, n=1, size=size), call("early", 2, n=2)], stand)
+
+    assert answers[0]["result"] == {"n": 1, "pad": "x" * size}  # whole: nothing was sent into its middle
+    assert answers[1]["id"] == 2 and answers[1]["result"]["n"] == 2  # by the worker once it was out, or the loop
 
 
 def test_a_taskless_handler_that_fails_gets_its_error_and_the_connection_goes_on() -> None:
