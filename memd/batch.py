@@ -2,7 +2,8 @@
 
 The `Draft` is what edits see and change; a `Batch` is a draft turned into file writes, between planning and
 acknowledgement. The planner (memd.planner) makes batches, the writer (memd.writer) sequences them, and
-`fsio.write_batch` makes their writes durable in a worker thread. Imports the tiers, memd.early_ack and memd.fsio.
+`fsio_batch.write_batch` makes their writes durable in a worker thread. Imports the tiers, memd.early_ack and
+memd.fsio_batch.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, TypeVar
 
-from memd import fsio
+from memd import fsio_batch
 from memd.early_ack import EarlyAck
 from memd.tiers import cold_format, hot_format, warm_format
 from memd.tiers.cold_store import ColdStore
@@ -127,11 +128,11 @@ class Batch:
     accepted: list[tuple[asyncio.Future[Any], Any]]
     requests: list[tuple[Edit[Any], asyncio.Future[Any], EarlyAck | None]] = field(default_factory=list)
     replans: int = 0  # how often a person's edit made this batch plan again on their version
-    warm_write: fsio.FileWrite | None = None
-    cold_write: fsio.FileWrite | None = None
-    proposals_write: fsio.FileWrite | None = None
+    warm_write: fsio_batch.FileWrite | None = None
+    cold_write: fsio_batch.FileWrite | None = None
+    proposals_write: fsio_batch.FileWrite | None = None
     hot_writes: HotWrites | None = None  # the replaces of hot/memd.json and hot/context.json, when any
-    writes: list[fsio.FileWrite] = field(default_factory=list)
+    writes: list[fsio_batch.FileWrite] = field(default_factory=list)
     warm_tokens: int | None = None  # counted while the write is in flight
     hot_tokens: int | None = None
     refused: OSError | None = None  # the planner found the disk would refuse this batch: it fails whole

@@ -176,7 +176,7 @@ def warm_section(
     store: WarmStore, days: Sequence[tuple[date, Sequence[WarmEntry]]], counter: TokenCounter, budget: int
 ) -> Section:
     """render_warm with the store's pieces, kept while the days do not change (not for an unbounded budget). The
-    entries of a day that the store let go of (WarmStore.DAY_WINDOW) are older than any it keeps: counted as
+    entries of a day that the store let go of (warm_parse.DAY_WINDOW) are older than any it keeps: counted as
     omitted. An unbounded budget (`all`) is handed whole days (load_recent's `everything`)."""
     if budget >= UNBOUNDED:
         return render_warm(days, counter, budget, store.piece)
@@ -221,7 +221,7 @@ async def recent_page(
         count = first + len(entries)
         end = count if before is None or day < before[0] or before[1] is None else min(before[1], count)
         start = max(0, end - limit)
-        if start < first:  # the page reaches entries let go (WarmStore.DAY_WINDOW): the whole day, in a worker
+        if start < first:  # the page reaches entries let go (warm_parse.DAY_WINDOW): the whole day, in a worker
             entries, first = await ws.warm.load_all(day), 0
         if end > start:
             page.append((day, entries[start - first : end - first]))
@@ -235,7 +235,7 @@ async def recent_page(
 
 async def load_recent(ws: Workspace, days: int, everything: bool = False) -> Recent:
     """The recent days' entries, brought up to date, a big parse in a worker thread (WarmStore.load): each day's
-    newest (WarmStore.DAY_WINDOW), or with `everything` all of them. Hand what it returns to `build_context` with
+    newest (warm_parse.DAY_WINDOW), or with `everything` all of them. Hand what it returns to `build_context` with
     no await in between: the lists stay whole even when the store lets go of a day's parse to stay within its
     bound (recent days bigger than that together), so nothing is parsed again on the loop."""
     load = ws.warm.load_all if everything else ws.warm.load

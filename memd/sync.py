@@ -26,7 +26,7 @@ session it logs a warm entry naming that session and its commit. The shared hist
 machine whose session changed last: this machine's hot files, left as it last committed them, are not committed
 again until they change (`RepoState.hot_kept`), else two idle machines would each commit theirs after every sync.
 Imports memd.snapshots, memd.snapshot_push (its `remote_for`), memd.workspace, memd.gitsync, memd.gitrepo,
-memd.merge_driver, memd.fsio, memd.config and memd.errors.
+memd.merge_driver, memd.fsio, memd.fsio_batch, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memd import fsio, gitsync, snapshot_push
+from memd import fsio, fsio_batch, gitsync, snapshot_push
 from memd.config import SnapshotConfig
 from memd.errors import MemdError, Unavailable
 from memd.gitrepo import HOT_FILES, GitError, GitRepo, redact_urls
@@ -301,7 +301,7 @@ class Syncer:
                 return Published(held=held)
             try:
                 return Published(written=_write_plan(pinned, plan))
-            except fsio.OutsideChange:
+            except fsio_batch.OutsideChange:
                 continue
         return Published(held={p: "saved again during each try of the publish" for p in versions})
 
@@ -356,8 +356,8 @@ class Syncer:
 
 def _write_plan(pinned: fsio.PinnedDir, plan: Plan) -> list[str]:
     """Write `plan` (from `Syncer._decide`), every change guarded against what was read: replaces all or none
-    (fsio.apply_writes), then removals, each compared with what was read right before the unlink. Raises
-    fsio.OutsideChange when a file no longer holds what the plan was made from (the replaces then stay, already
+    (fsio_batch.apply_writes), then removals, each compared with what was read right before the unlink. Raises
+    fsio_batch.OutsideChange when a file no longer holds what the plan was made from (the replaces then stay, already
     merged: deciding again leaves them as they are)."""
     pinned.verify()
     root = pinned.path
@@ -371,14 +371,14 @@ def _write_plan(pinned: fsio.PinnedDir, plan: Plan) -> list[str]:
     for path, (current, data) in sorted(plan.items()):
         if data is not None:
             fsio.ensure_dir((root / path).parent)
-            writes.append(fsio.FileWrite(root / path, data, append=False, guarded=True, expected=current))
-    fsio.apply_writes(writes)
+            writes.append(fsio_batch.FileWrite(root / path, data, append=False, guarded=True, expected=current))
+    fsio_batch.apply_writes(writes)
     written = [path for path, (_, data) in sorted(plan.items()) if data is not None]
     for path, (current, data) in sorted(plan.items()):
         if data is None:
             target = root / path
             if fsio.read_bytes(target) != current:
-                raise fsio.OutsideChange(target)
+                raise fsio_batch.OutsideChange(target)
             os.unlink(target)
             fsio.fsync_dir(target.parent)
             written.append(path)

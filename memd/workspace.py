@@ -9,8 +9,8 @@ the same exclusive lock as the writer's batches, so a batch is never planned on 
 The workspace directory is pinned (device, inode) when opened: a swapped-in symlink or directory fails every
 batch, read, sweep and restore of this workspace with a StorageError instead of touching another place. What
 happened is told to one change sink given at construction (memd.changes). Imports memd.writer, memd.planner,
-memd.changes, memd.batch, memd.early_ack, the tiers, memd.retention, memd.fsio, memd.tokens, memd.exclusive,
-memd.config and memd.errors.
+memd.changes, memd.batch, memd.early_ack, the tiers, memd.retention, memd.fsio, memd.fsio_batch, memd.tokens,
+memd.exclusive, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from memd import fsio, promote, retention
+from memd import fsio, fsio_batch, promote, retention
 from memd.batch import Batch, Edit
 from memd.changes import ChangeSink, NoSink
 from memd.config import LimitsConfig, WorkspaceConfig
@@ -229,7 +229,7 @@ class Workspace:
     async def restore_files(self, files: dict[str, bytes], paths: list[str], held: bool = False) -> list[str]:
         """Make `paths` hold exactly `files` (relative path -> bytes), durably. Returns the paths changed.
         `held`: the caller holds `exclusive` already (a restore that commits before and after under it)."""
-        return await self._rewrite_in_worker(lambda: fsio.restore_tree(self.pinned, files, paths), held)
+        return await self._rewrite_in_worker(lambda: fsio_batch.restore_tree(self.pinned, files, paths), held)
 
     async def publish_merged(self, publish: Callable[[fsio.PinnedDir], T]) -> T:
         """Run `publish` in a worker while the writer is held, with the workspace directory memd opened: it reads

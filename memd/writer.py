@@ -3,7 +3,7 @@
 Read top to bottom, a write goes: `write` queues the request -> `_begin` takes the workspace's exclusive lock and
 the whole queue as one batch (group commit: writes that arrive while a batch is on the disk form the next one)
 -> the planner turns the batch into file writes (`TierPlanner.plan`) -> a worker thread makes them durable
-(`fsio.write_batch`: staged, fsynced, published over the exact bytes they were planned from) while the loop
+(`fsio_batch.write_batch`: staged, fsynced, published over the exact bytes they were planned from) while the loop
 counts the batch's tokens and encodes the answers it can predict -> `_disk_done`, in the worker: the batch joins
 `Completions`, and the worker sends the predicted answers itself (memd.early_ack) -> `_written`, on the loop
 (woken by the worker, or earlier by the next request, which settles completions before it reads anything): the
@@ -20,7 +20,7 @@ The writer is a chain of loop callbacks, not a Task: a single client's write cos
 and one loop turn of its own. Its collaborators come in through the constructor: the planner, the I/O executor,
 the exclusive lock it shares with sweeps and adoptions, the identity guard of the workspace directory, the change
 sink, the completions it shares with the other workspaces, and the usage figures its answers carry. Imports
-memd.planner, memd.batch, memd.early_ack, memd.fsio and memd.errors.
+memd.planner, memd.batch, memd.early_ack, memd.fsio, memd.fsio_batch and memd.errors.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memd import fsio
+from memd import fsio, fsio_batch
 from memd.batch import Batch, Edit
 from memd.early_ack import EarlyAck
 from memd.errors import Busy, ShuttingDown, StorageError
@@ -212,7 +212,7 @@ class Writer:
             self._write_started = time.perf_counter()
             loop = asyncio.get_running_loop()
             try:
-                done = self._io.submit(fsio.write_batch, pinned, plan.writes)
+                done = self._io.submit(fsio_batch.write_batch, pinned, plan.writes)
             except RuntimeError as exc:  # the executor is shut down: the daemon is stopping
                 self.in_flight = None
                 stopping = ShuttingDown(f"memd is shutting down ({exc}); nothing was written")
@@ -276,7 +276,7 @@ class Writer:
         try:
             try:
                 fps = done.result()
-            except fsio.OutsideChange as exc:
+            except fsio_batch.OutsideChange as exc:
                 replanned = self._replan(plan, exc)
                 return
             except OSError as exc:
@@ -331,7 +331,7 @@ class Writer:
         except Exception:
             log.exception("workspace %s: recording the batch's metrics failed", self.name)
 
-    def _replan(self, plan: Batch, exc: fsio.OutsideChange) -> bool:
+    def _replan(self, plan: Batch, exc: fsio_batch.OutsideChange) -> bool:
         """A person saved a file this batch replaces between planning and publishing; nothing of the batch was
         written. Read their version and plan the same requests again on top of it. False: gave up (the batch
         fails with a StorageError: a file rewritten that often by someone else needs a look)."""

@@ -3,7 +3,7 @@
 Learnings are inserted as text edits so that everything else in the file stays byte-for-byte as its author left
 it. Token counts grow by the inserted line (incremental) and are recounted whenever the file is (re)read; the
 parsed learnings take each insertion in without reading the file again (memd.tiers.cold_learnings).
-Imports memd.fsio, memd.tokens, memd.errors and the cold format.
+Imports memd.fsio, memd.fsio_batch, memd.tokens, memd.errors and the cold format.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
-from memd import fsio
+from memd import fsio, fsio_batch
 from memd.errors import CorruptFile
 from memd.tiers import COLD_MAX_BYTES, cold_format, read_tier_file
 from memd.tiers.cold_format import Learning
@@ -92,14 +92,14 @@ class ColdStore:
         """Every learning in file order (do not change the list: it is kept)."""
         return self.parsed.items
 
-    def write_for(self, text: str) -> fsio.FileWrite:
+    def write_for(self, text: str) -> fsio_batch.FileWrite:
         """A replace guarded by the bytes the current text came from (a person's `>>` meanwhile is not lost)."""
-        return fsio.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
+        return fsio_batch.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
 
     def commit(
         self,
         text: str,
-        write: fsio.FileWrite,
+        write: fsio_batch.FileWrite,
         fp: fsio.Fingerprint,
         inserts: Sequence[tuple[str, int, str, str]] = (),
     ) -> None:

@@ -5,10 +5,10 @@ the token count.
 records, format version) are read together into one document (memd.tiers.hot_format.merge). Each file has its own
 fingerprint and the bytes it was read as (or written as), so an outside edit of either is adopted, and each
 rewrite is a replace guarded by exactly the bytes its batch was planned from. A batch rewrites only the files
-whose content changes, memd.json before context.json, and fsio.apply_writes publishes them all or none.
+whose content changes, memd.json before context.json, and fsio_batch.apply_writes publishes them all or none.
 The store never writes; it hands the workspace FileWrites and is told when they became durable (`commit`).
 An invalid file on disk leaves the last good document in place for reads and blocks writes (`require_valid`).
-Imports memd.fsio, memd.tokens, memd.errors and the hot format.
+Imports memd.fsio, memd.fsio_batch, memd.tokens, memd.errors and the hot format.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd import fsio
+from memd import fsio, fsio_batch
 from memd.errors import CorruptFile
 from memd.tiers import HOT_MAX_BYTES, hot_format, read_tier_file
 from memd.tiers.hot_format import FileName, HotDoc
@@ -108,9 +108,9 @@ class HotStore:
         old_context, old_own = self._parts
         writes = []
         if own != (old_own or {}):
-            writes.append(fsio.FileWrite(self.own_path, hot_format.serialize(own), False, True, self.own_raw))
+            writes.append(fsio_batch.FileWrite(self.own_path, hot_format.serialize(own), False, True, self.own_raw))
         if context != (old_context or {}):
-            writes.append(fsio.FileWrite(self.path, hot_format.serialize(context), False, True, self.raw))
+            writes.append(fsio_batch.FileWrite(self.path, hot_format.serialize(context), False, True, self.raw))
         return HotWrites(writes, context, own)
 
     def commit(self, doc: HotDoc, planned: HotWrites, fps: Sequence[fsio.Fingerprint], tokens: int) -> None:
@@ -133,6 +133,6 @@ class HotStore:
 class HotWrites:
     """What one batch writes of the hot tier: the guarded replaces, and the two files' objects they hold."""
 
-    writes: list[fsio.FileWrite]
+    writes: list[fsio_batch.FileWrite]
     context: HotDoc
     own: HotDoc

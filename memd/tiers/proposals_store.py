@@ -2,14 +2,14 @@
 
 A file of the cold tier that is not part of cold's budget: nothing here is counted or loaded into the context.
 It is read, checked for outside edits and rewritten (guarded, whole) exactly as cold/MEMORY.md is.
-Imports memd.fsio, memd.errors and the proposals format.
+Imports memd.fsio, memd.fsio_batch, memd.errors and the proposals format.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from memd import fsio
+from memd import fsio, fsio_batch
 from memd.errors import CorruptFile
 from memd.tiers import COLD_MAX_BYTES, proposals_format, read_tier_file
 from memd.tiers.proposals_format import Proposal
@@ -71,11 +71,11 @@ class ProposalsStore:
                 self._proposals = proposals
         return proposals
 
-    def write_for(self, text: str) -> fsio.FileWrite:
+    def write_for(self, text: str) -> fsio_batch.FileWrite:
         """A replace guarded by the bytes the current text came from (a person's save meanwhile is not lost)."""
-        return fsio.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
+        return fsio_batch.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
 
-    def commit(self, text: str, write: fsio.FileWrite, fp: fsio.Fingerprint) -> None:
+    def commit(self, text: str, write: fsio_batch.FileWrite, fp: fsio.Fingerprint) -> None:
         self.text, self.raw, self.fingerprint = text, write.data, fp
         self._proposals = None
         self.error = None

@@ -4,19 +4,14 @@ Appends are planned here and made durable by the workspace (group commit: a batc
 one append and one fsync). Counts are incremental: memd counts what it appends, and what another tool appended
 is counted from the old end of the file, so an append costs in proportion to its size, not the file's.
 
-Parsed entries are incremental too, since day files only grow: memd's own append extends them with what it wrote
-(nothing is read back), another tool's append is read and parsed from the last entry on (warm_format.Resume),
-and only a file that was replaced, truncated, or changed before that last entry (its bytes there differ) is parsed
-again from the start. A read that must parse more than INLINE_PARSE_BYTES does so in a worker thread (`load`), so
+Parsed entries are incremental too (warm_parse: memd's own append extends them, another tool's is parsed from the
+last entry on). A read that must parse more than INLINE_PARSE_BYTES does so in a worker thread (`load`), so
 one workspace's big day never holds the event loop; the result is taken only if nothing changed the day's parse
-meanwhile. Bounds per workspace: of each day, only its newest DAY_WINDOW entries stay parsed (the older ones are
-final: a read that reaches them, a page of `warm.recent` or a whole `warm.day`, parses the file in a worker and
-keeps nothing of it: `load_all`; of the entries let go, only a 16-byte digest of each decision and flushed
-note is kept, for a checkpoint's flush); the parsed entries of at most PARSED_MAX_BYTES of day files (oldest days are
-dropped first; the day being read stays); and the rendered text and token count of at most PIECES_MAX entries (the
-ones context payloads rendered last). So memory hardly grows with the day: an agent that logs all day long made
-memd hold about 7 bytes for every byte of its day file.
-Imports memd.fsio, memd.tokens and the warm format.
+meanwhile. Bounds per workspace: of each day, only its newest warm_parse.DAY_WINDOW entries stay parsed (see
+warm_parse); the parsed entries of at most PARSED_MAX_BYTES of day files (oldest days are dropped first; the day
+being read stays); and the rendered text and token count of at most PIECES_MAX entries (the ones context payloads
+rendered last).
+Imports memd.fsio, memd.fsio_batch, memd.tokens, the warm format and warm_parse.
 """
 
 from __future__ import annotations
@@ -31,54 +26,17 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from memd import fsio
+from memd import fsio, fsio_batch
 from memd.errors import CorruptFile
-from memd.tiers import MIB, WARM_DAY_MAX_BYTES, read_tier_file, warm_format
-from memd.tiers.warm_format import Resume, WarmEntry
+from memd.tiers import MIB, WARM_DAY_MAX_BYTES, read_tier_file, warm_format, warm_parse
+from memd.tiers.warm_format import WarmEntry
+from memd.tiers.warm_parse import Job, Parsed, Result
 from memd.tokens import TokenCounter
 
 INLINE_PARSE_BYTES = 16 * 1024  # parsed on the loop (about a millisecond); more goes to a worker thread
 PARSED_MAX_BYTES = 16 * MIB  # day-file bytes whose parsed entries a workspace keeps (about 4x that in memory)
 PIECES_MAX = 4096  # entries whose rendered text and token count a workspace keeps
 DAY_NAMES_CACHED = 4096  # warm/ file names whose parse a workspace keeps (emptied whole when full)
-# A day's newest entries kept parsed (about 300 KiB of a day file, ~1.5 MB in memory; a context payload's warm
-# budget holds a few hundred at most, a `warm.recent` page 100)...
-DAY_WINDOW = 2048
-DAY_WINDOW_SLACK = 512  # ...once this many more have come, the oldest are let go in one move
-
-
-@dataclass
-class Parsed:
-    """A day file's entries as parsed from its first `size` bytes, less its first `first` entries (let go: see
-    DAY_WINDOW); `tail` holds its bytes from `resume.offset` to `size`, which an append by someone else must leave
-    as they are. `resume.entries` counts from the file's first entry."""
-
-    entries: list[WarmEntry]
-    size: int
-    resume: Resume
-    tail: bytes
-    first: int = 0
-    # What a checkpoint's flush looks up of the entries let go (warm_format.flush_identity: the decisions and
-    # flushed notes among them, 16 bytes each): it must not log again what the day already holds.
-    let_go: set[bytes] = field(default_factory=set)
-
-    def cut_to_window(self) -> None:
-        """Let go of the oldest entries beyond DAY_WINDOW (only final ones: before `resume`)."""
-        excess = len(self.entries) - DAY_WINDOW
-        if excess < DAY_WINDOW_SLACK:
-            return
-        drop = min(excess, self.resume.entries - self.first)
-        if drop > 0:
-            for entry in self.entries[:drop]:
-                identity = warm_format.flush_identity(entry.action, dict(entry.details))
-                if identity is not None:
-                    self.let_go.add(identity)
-            del self.entries[:drop]
-            self.first += drop
-
-    def replace_from_resume(self, entries: Sequence[WarmEntry]) -> None:
-        del self.entries[max(0, self.resume.entries - self.first) :]
-        self.entries.extend(entries)
 
 
 @dataclass
@@ -99,51 +57,6 @@ class DayFile:
         self.generation += 1
 
 
-@dataclass(frozen=True)
-class _Job:
-    """Parse a day file's bytes `start` to `size`, continuing `parsed` (None: the whole file)."""
-
-    day: date
-    known: DayFile
-    generation: int
-    parsed: Parsed | None
-    start: int
-    size: int
-    resume: Resume | None = None  # parsed.resume when the job was made: a parse advanced since is not continued
-
-    @property
-    def bytes(self) -> int:
-        return self.size - self.start
-
-    def same_start(self, other: _Job) -> bool:
-        """Does `other` continue the same parse (a worker's result for this job is then one for it too)?"""
-        return (
-            self.known is other.known
-            and self.generation == other.generation
-            and self.parsed is other.parsed
-            and self.resume is other.resume
-        )
-
-    def still_applies(self) -> bool:
-        """Is the day's parse still the one this job continues (not dropped, not advanced by another parse)?"""
-        parsed = self.known.parsed
-        return (
-            self.known.generation == self.generation
-            and parsed is self.parsed
-            and (parsed is None or parsed.resume is self.resume)
-        )
-
-
-@dataclass(frozen=True)
-class _Result:
-    entries: list[WarmEntry] = field(default_factory=list)
-    resume: Resume | None = None  # None: nothing to take (the file shrank meanwhile, or could not be read)
-    tail: bytes = b""
-    whole: bool = False  # parsed from the start of the file: the entries replace every known one
-    error: str | None = None
-    rewritten: bool = False  # the bytes before the append differ: parse the whole file again
-
-
 class WarmStore:
     def __init__(self, directory: Path, counter: TokenCounter, max_bytes: int = WARM_DAY_MAX_BYTES) -> None:
         self.directory = directory
@@ -152,7 +65,7 @@ class WarmStore:
         self._counter = counter
         self.days: dict[date, DayFile] = {}
         self._pieces: OrderedDict[tuple[date, int], tuple[WarmEntry, str, int]] = OrderedDict()
-        self._loading: dict[date, tuple[_Job, asyncio.Future[_Result]]] = {}  # a worker parses this day for `load`
+        self._loading: dict[date, tuple[Job, asyncio.Future[Result]]] = {}  # a worker parses this day for `load`
         self.version = 0  # bumped on every change, so derived figures (usage) can be cached
         self._last_path: tuple[date | None, Path] = (None, directory)
         self._day_names: dict[str, date | None] = {}  # file name -> its day (None: not a day file)
@@ -262,7 +175,7 @@ class WarmStore:
             self._last_path = (day, self.directory / warm_format.day_filename(day))
         return self._last_path[1]
 
-    def plan_append(self, day: date, rendered: Sequence[str], header: str) -> fsio.FileWrite:
+    def plan_append(self, day: date, rendered: Sequence[str], header: str) -> fsio_batch.FileWrite:
         """One append of a batch's entries to a day file; `header` (warm_format.day_header) goes first in a new
         file, and before memd's first entry in a file from before the current format (or another tool's)."""
         known = self.days.get(day)
@@ -285,7 +198,7 @@ class WarmStore:
                 "raise the cap or move the day file aside",
                 str(self.path_for(day)),
             )
-        return fsio.FileWrite(self.path_for(day), data, append=True, expected_size=size)
+        return fsio_batch.FileWrite(self.path_for(day), data, append=True, expected_size=size)
 
     def _current_format(self, day: date, known: DayFile) -> bool:
         if known.current is None:
@@ -298,12 +211,12 @@ class WarmStore:
     def _ends_with_newline(self, day: date, size: int) -> bool:
         return fsio.last_byte(self.path_for(day), size) == b"\n"
 
-    def count_append(self, write: fsio.FileWrite) -> int:
+    def count_append(self, write: fsio_batch.FileWrite) -> int:
         """The tokens an append adds (the workspace counts while the disk is busy with it)."""
         return self._counter.count(write.data.decode("utf-8"))
 
     def commit_append(
-        self, day: date, fp: fsio.Fingerprint, write: fsio.FileWrite, entries: Sequence[WarmEntry], added: int
+        self, day: date, fp: fsio.Fingerprint, write: fsio_batch.FileWrite, entries: Sequence[WarmEntry], added: int
     ) -> None:
         """Record a durable append that added `added` tokens."""
         known = self.days.setdefault(day, DayFile(None, tokens=0))
@@ -318,30 +231,10 @@ class WarmStore:
             if known.tokens is not None:
                 known.tokens += added
             if known.parsed is not None and known.parsed.size == (write.expected_size or 0):
-                self._extend(known.parsed, write.data, entries)
+                warm_parse.extend(known.parsed, write.data, entries)
             known.ends_with_newline = write.data.endswith(b"\n")
         known.fingerprint = fp
         self.version += 1
-
-    def _extend(self, parsed: Parsed, data: bytes, entries: Sequence[WarmEntry]) -> None:
-        """Take memd's own append into the parse from what was written, without reading the file. Its entries
-        parse back exactly as they were rendered (the format's promise) when they are read by the text-as-written
-        rule: the file was in that format at its end, or the append starts with the day heading that says so.
-        Otherwise the append is parsed from memory, from the last entry on."""
-        first = data.find(b"### ")
-        last = data.rfind(b"\n### ") + 1  # memd's entries have no other line starting so (keys are escaped)
-        current = parsed.resume.at_end or b"# Activity Log" in data[: max(first, 0)]
-        if entries and first >= 0 and current and data.startswith(b"### ", last):
-            parsed.entries.extend(entries)
-            parsed.resume = Resume(parsed.size + last, parsed.first + len(parsed.entries) - 1, True, True)
-            parsed.tail = data[last:]
-        else:
-            added, resume = warm_format.parse_day_bytes(parsed.tail + data, parsed.resume)
-            parsed.replace_from_resume(added)
-            parsed.tail = (parsed.tail + data)[resume.offset - parsed.resume.offset :]
-            parsed.resume = resume
-        parsed.size += len(data)
-        parsed.cut_to_window()
 
     def counted_tokens(self, day: date) -> int | None:
         """The day's tokens as memd last counted them, without reading its file; None: not counted yet."""
@@ -363,7 +256,8 @@ class WarmStore:
         return known.tokens
 
     def first_kept(self, day: date) -> int:
-        """How many of a day's first entries are not in what `entries_for` and `load` return (see DAY_WINDOW)."""
+        """How many of a day's first entries are not in what `entries_for` and `load` return (see
+        warm_parse.DAY_WINDOW)."""
         known = self.days.get(day)
         return 0 if known is None or known.parsed is None else known.parsed.first
 
@@ -374,8 +268,8 @@ class WarmStore:
         return set() if known is None or known.parsed is None else known.parsed.let_go
 
     def entries_for(self, day: date) -> list[WarmEntry]:
-        """A day's newest entries (DAY_WINDOW at least, `first_kept` tells where they start), parsed here as far as
-        the file has grown (an async caller uses `load`)."""
+        """A day's newest entries (warm_parse.DAY_WINDOW at least, `first_kept` tells where they start), parsed here
+        as far as the file has grown (an async caller uses `load`)."""
         known = self.days.get(day)
         if known is None:
             return []
@@ -387,13 +281,13 @@ class WarmStore:
         return known.entries or []
 
     async def load_all(self, day: date) -> list[WarmEntry]:
-        """Every entry of a day: what `load` returns, or, when the oldest were let go (DAY_WINDOW), the whole file
-        parsed in a worker thread, kept by nobody."""
+        """Every entry of a day: what `load` returns, or, when the oldest were let go (warm_parse.DAY_WINDOW), the
+        whole file parsed in a worker thread, kept by nobody."""
         entries = await self.load(day)
         known = self.days.get(day)
         if known is None or known.parsed is None or known.parsed.first == 0 or known.fingerprint is None:
             return entries
-        job = _Job(day, known, known.generation, None, 0, known.fingerprint.size)
+        job = Job(day, known, known.generation, None, 0, known.fingerprint.size)
         result = await asyncio.get_running_loop().run_in_executor(None, self._parse, job, True)
         if result.resume is None:  # unreadable now, or cut or replaced meanwhile: what is kept is all there is
             return entries
@@ -415,11 +309,11 @@ class WarmStore:
             await asyncio.shield(pending)
         return self.entries_for(day)
 
-    def _start(self, job: _Job) -> asyncio.Future[_Result]:
+    def _start(self, job: Job) -> asyncio.Future[Result]:
         pending = asyncio.get_running_loop().run_in_executor(None, self._parse, job, True)
         self._loading[job.day] = (job, pending)
 
-        def done(finished: asyncio.Future[_Result]) -> None:
+        def done(finished: asyncio.Future[Result]) -> None:
             if self._loading.get(job.day, (None, None))[1] is finished:
                 del self._loading[job.day]
             if not finished.cancelled() and finished.exception() is None:
@@ -428,36 +322,16 @@ class WarmStore:
         pending.add_done_callback(done)  # before any reader's: the parse is taken before they resume
         return pending
 
-    def _job(self, day: date) -> _Job | None:
+    def _job(self, day: date) -> Job | None:
         """What is left to parse of a day file, or None when its entries are up to date."""
         known = self.days.get(day)
-        if known is None or known.fingerprint is None:
-            return None
-        size, parsed = known.fingerprint.size, known.parsed
-        if parsed is not None and parsed.size >= size:
-            return None
-        if parsed is None:
-            return _Job(day, known, known.generation, None, 0, size)
-        return _Job(day, known, known.generation, parsed, parsed.resume.offset, size, parsed.resume)
+        return None if known is None else warm_parse.job_for(day, known)
 
-    def _parse(self, job: _Job, whole_if_rewritten: bool) -> _Result:
-        """Read and parse what `job` names. Touches no state: it may run in a worker thread."""
-        try:
-            data = read_tier_file(self.directory / warm_format.day_filename(job.day), self.max_bytes, job.start) or b""
-        except CorruptFile as exc:
-            return _Result(error=exc.message)
-        data = data[: job.bytes]  # what memd is appending right now is taken when it is published
-        if len(data) < job.bytes:  # cut or replaced since it was looked at: the next scan sees it
-            return _Result()
-        if job.parsed is not None and not data.startswith(job.parsed.tail):
-            if not whole_if_rewritten:
-                return _Result(rewritten=True)
-            return self._parse(_Job(job.day, job.known, job.generation, None, 0, job.size), whole_if_rewritten)
-        resume_at = None if job.parsed is None else job.parsed.resume
-        entries, resume = warm_format.parse_day_bytes(data, resume_at, self.zoneless_as_written)
-        return _Result(entries, resume, data[resume.offset - job.start :], whole=job.parsed is None)
+    def _parse(self, job: Job, whole_if_rewritten: bool) -> Result:
+        """Read and parse what `job` names (warm_parse.parse). Touches no state: it may run in a worker thread."""
+        return warm_parse.parse(self.directory, self.max_bytes, self.zoneless_as_written, job, whole_if_rewritten)
 
-    def _take(self, job: _Job, result: _Result) -> None:
+    def _take(self, job: Job, result: Result) -> None:
         """Take a parse into the day's entries, unless the day changed since the job was made."""
         known = job.known
         if self.days.get(job.day) is not known or not job.still_applies():
@@ -474,16 +348,10 @@ class WarmStore:
         if result.rewritten:
             known.forget()
             return
-        if result.resume is None:
+        parsed = warm_parse.advance(job, result)
+        if parsed is None:
             return
-        size = job.size
-        if result.whole or job.parsed is None:
-            parsed = known.parsed = Parsed(result.entries, size, result.resume, result.tail)
-        else:
-            parsed = job.parsed
-            parsed.replace_from_resume(result.entries)
-            parsed.size, parsed.resume, parsed.tail = size, result.resume, result.tail
-        parsed.cut_to_window()
+        known.parsed = parsed
         self._trim(job.day)
 
     def _trim(self, keep: date) -> None:

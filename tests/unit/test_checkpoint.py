@@ -30,7 +30,7 @@ from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, Workspac
 from memd.errors import Busy, CheckpointFailed
 from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult, fact_tokens
-from memd.tiers import hot_format, warm_store
+from memd.tiers import hot_format, warm_parse
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -1152,8 +1152,8 @@ def test_a_decision_logged_before_the_days_parsed_window_is_not_flushed_to_the_w
     """The hour soak found `decision: d-...` twice in a day file: decision.record logs each decision to warm, and
     the flush skipped only those it saw among the day's parsed entries, which keep the newest DAY_WINDOW. A
     decision logged before them was flushed again by the checkpoint that compressed it."""
-    monkeypatch.setattr(warm_store, "DAY_WINDOW", 8)
-    monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 4)
+    monkeypatch.setattr(warm_parse, "DAY_WINDOW", 8)
+    monkeypatch.setattr(warm_parse, "DAY_WINDOW_SLACK", 4)
     ws = make_workspace()
 
     async def record(i: int) -> None:

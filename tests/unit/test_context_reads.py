@@ -96,7 +96,7 @@ def test_assembling_looks_only_at_what_it_returns_and_a_few_entries_past_it(
     days = recent_warm(ws, 3)
     section = render_warm(days, counter, 2_000, piece)
 
-    kept = len(days[0][1])  # the day's newest entries (WarmStore.DAY_WINDOW), the rest let go
+    kept = len(days[0][1])  # the day's newest entries (warm_parse.DAY_WINDOW), the rest let go
     assert kept + ws.warm.first_kept(days[0][0]) == DAY_ENTRIES
     assert len(looked) <= section.items + MAX_PASSED_OVER + 1
     assert min(looked) >= kept - section.items - MAX_PASSED_OVER - 1

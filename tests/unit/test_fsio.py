@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from memd import fsio
+from memd import fsio, fsio_batch
 
 
 def temp_names(directory: Path) -> list[str]:
@@ -304,13 +304,13 @@ def test_an_fsync_failure_is_not_retried_into_success(tmp_path: Path, monkeypatc
 def test_apply_writes_applies_in_order_and_returns_fingerprints_in_order(tmp_path: Path) -> None:
     a, b = tmp_path / "a.md", tmp_path / "b.json"
     writes = [
-        fsio.FileWrite(a, b"replaced\n", append=False),
-        fsio.FileWrite(a, b"appended\n", append=True),
-        fsio.FileWrite(b, b"{}\n", append=False),
-        fsio.FileWrite(a, b"again\n", append=True),
+        fsio_batch.FileWrite(a, b"replaced\n", append=False),
+        fsio_batch.FileWrite(a, b"appended\n", append=True),
+        fsio_batch.FileWrite(b, b"{}\n", append=False),
+        fsio_batch.FileWrite(a, b"again\n", append=True),
     ]
 
-    fps = fsio.apply_writes(writes)
+    fps = fsio_batch.apply_writes(writes)
 
     assert a.read_bytes() == b"replaced\nappended\nagain\n"
     assert b.read_bytes() == b"{}\n"
@@ -327,13 +327,13 @@ def test_apply_writes_stops_at_the_first_failed_append_keeping_earlier_appends_a
     # of what an unguarded one displaced nothing is known, so it stays.
     first, last = tmp_path / "first.md", tmp_path / "last.md"
     writes = [
-        fsio.FileWrite(first, b"durable\n", append=True),
-        fsio.FileWrite(tmp_path / "no-such-dir" / "x.md", b"fails\n", append=True),
-        fsio.FileWrite(last, b"never\n", append=False),
+        fsio_batch.FileWrite(first, b"durable\n", append=True),
+        fsio_batch.FileWrite(tmp_path / "no-such-dir" / "x.md", b"fails\n", append=True),
+        fsio_batch.FileWrite(last, b"never\n", append=False),
     ]
 
     with pytest.raises(FileNotFoundError):
-        fsio.apply_writes(writes)
+        fsio_batch.apply_writes(writes)
 
     assert first.read_bytes() == b"durable\n"
     assert last.read_bytes() == b"never\n"
@@ -425,6 +425,7 @@ class Journal:
 def journal(monkeypatch: pytest.MonkeyPatch) -> Journal:
     recorder = Journal(fsio.RENAMES)
     monkeypatch.setattr(fsio, "os", recorder)
+    monkeypatch.setattr(fsio_batch, "os", recorder)
     monkeypatch.setattr(fsio, "RENAMES", recorder)
     return recorder
 
@@ -468,14 +469,14 @@ def test_a_batch_fsyncs_every_directory_it_renamed_or_created_in(tmp_path: Path,
         d.mkdir()
     (cold / "MEMORY.md").write_bytes(b"# Agent Memory\n")
     writes = [
-        fsio.FileWrite(warm / "2024-03-15.md", b"# day\n", append=True),
-        fsio.FileWrite(
+        fsio_batch.FileWrite(warm / "2024-03-15.md", b"# day\n", append=True),
+        fsio_batch.FileWrite(
             cold / "MEMORY.md", b"# Agent Memory\n\n## x\n", append=False, guarded=True, expected=b"# Agent Memory\n"
         ),
-        fsio.FileWrite(hot / "context.json", b"{}\n", append=False, guarded=True, expected=None),
+        fsio_batch.FileWrite(hot / "context.json", b"{}\n", append=False, guarded=True, expected=None),
     ]
 
-    fsio.apply_writes(writes)
+    fsio_batch.apply_writes(writes)
 
     renamed = {path for kind, path in journal.ops if kind == "rename"}
     assert renamed == {cold / "MEMORY.md", hot / "context.json"}
@@ -489,11 +490,11 @@ def test_a_batch_on_a_filesystem_without_renameat2_flags_still_fsyncs_after_its_
     journal.supported = False  # the fallback: compare, then a plain rename
     (tmp_path / "MEMORY.md").write_bytes(b"old\n")
     writes = [
-        fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n"),
-        fsio.FileWrite(tmp_path / "context.json", b"{}\n", append=False),
+        fsio_batch.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n"),
+        fsio_batch.FileWrite(tmp_path / "context.json", b"{}\n", append=False),
     ]
 
-    fsio.apply_writes(writes)
+    fsio_batch.apply_writes(writes)
 
     assert {path for kind, path in journal.ops if kind == "rename"} == {
         tmp_path / "MEMORY.md",
@@ -535,6 +536,7 @@ class Opens(Journal):
 def opens(monkeypatch: pytest.MonkeyPatch) -> Opens:
     recorder = Opens(fsio.RENAMES, max_write=7)  # a short write at every call: what os.write may do
     monkeypatch.setattr(fsio, "os", recorder)
+    monkeypatch.setattr(fsio_batch, "os", recorder)
     monkeypatch.setattr(fsio, "RENAMES", recorder)
     return recorder
 
@@ -546,7 +548,7 @@ def test_every_open_refuses_symlinks_and_is_closed_on_exec_reads_never_wait_on_a
     fsio.atomic_replace(tmp_path / "a.json", b"{}\n")
     fsio.durable_append(tmp_path / "new.md", b"x\n")
     fsio.durable_append(tmp_path / "old.md", b"y\n")
-    fsio.apply_writes([fsio.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
+    fsio_batch.apply_writes([fsio_batch.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
     fsio.read_bytes(tmp_path / "old.md")
     fsio.read_range(tmp_path / "old.md", 2)
     fsio.last_byte(tmp_path / "old.md", 3)
@@ -569,7 +571,7 @@ def test_short_writes_are_continued_until_every_byte_is_written(tmp_path: Path, 
 
     fsio.atomic_replace(tmp_path / "a.json", data)
     fsio.durable_append(tmp_path / "log.md", data)
-    fsio.apply_writes([fsio.FileWrite(tmp_path / "b.json", data, append=False)])
+    fsio_batch.apply_writes([fsio_batch.FileWrite(tmp_path / "b.json", data, append=False)])
 
     assert [(tmp_path / n).read_bytes() for n in ("a.json", "log.md", "b.json")] == [data] * 3
 
@@ -601,7 +603,7 @@ def mode_of(path: Path) -> int:
 def test_files_are_created_0644_and_directories_0755_or_as_asked(tmp_path: Path, umask_022: None) -> None:
     fsio.atomic_replace(tmp_path / "a.json", b"{}\n")
     fsio.durable_append(tmp_path / "log.md", b"x\n")
-    fsio.apply_writes([fsio.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
+    fsio_batch.apply_writes([fsio_batch.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
     fsio.ensure_dir(tmp_path / "d" / "e")
     fsio.ensure_dir(tmp_path / "p" / "q", mode=0o700)
 
@@ -704,9 +706,9 @@ def test_a_pinned_directory_reports_what_happened_to_it_with_errno_and_path(tmp_
 def test_outside_change_says_which_file_and_why(tmp_path: Path) -> None:
     path = tmp_path / "context.json"
 
-    assert str(fsio.OutsideChange(path)) == f"{path} changed outside memd while a batch was being published"
-    assert fsio.OutsideChange(path).path == path
-    busy = fsio.OutsideChange(path, busy=True)
+    assert str(fsio_batch.OutsideChange(path)) == f"{path} changed outside memd while a batch was being published"
+    assert fsio_batch.OutsideChange(path).path == path
+    busy = fsio_batch.OutsideChange(path, busy=True)
     assert str(busy) == f"{path} is held open for writing by another process while a batch was being published"
     assert busy.busy is True
 
@@ -792,7 +794,9 @@ def test_a_filesystem_without_the_flags_falls_back_to_compare_then_rename(
     monkeypatch.setattr(fsio, "RENAMES", renames)
     (tmp_path / "MEMORY.md").write_bytes(b"old\n")
 
-    fsio.apply_writes([fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")])
+    fsio_batch.apply_writes(
+        [fsio_batch.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")]
+    )
 
     assert (tmp_path / "MEMORY.md").read_bytes() == b"new\n"
     assert renames.available_for(tmp_path / "MEMORY.md") is False
@@ -805,8 +809,8 @@ def test_any_other_renameat2_failure_fails_the_batch_and_leaves_the_file(
     (tmp_path / "MEMORY.md").write_bytes(b"old\n")
 
     with pytest.raises(OSError) as caught:
-        fsio.apply_writes(
-            [fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")]
+        fsio_batch.apply_writes(
+            [fsio_batch.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")]
         )
 
     assert caught.value.errno == errno.EIO
@@ -817,7 +821,7 @@ def test_any_other_renameat2_failure_fails_the_batch_and_leaves_the_file(
 def test_an_unguarded_replace_goes_over_an_existing_file(tmp_path: Path) -> None:
     (tmp_path / "context.json").write_bytes(b"old\n")
 
-    fsio.apply_writes([fsio.FileWrite(tmp_path / "context.json", b"new\n", append=False)])
+    fsio_batch.apply_writes([fsio_batch.FileWrite(tmp_path / "context.json", b"new\n", append=False)])
 
     assert (tmp_path / "context.json").read_bytes() == b"new\n"
 
@@ -831,8 +835,8 @@ def test_a_guarded_replace_over_what_became_a_symlink_or_fifo_is_an_outside_chan
     else:
         os.mkfifo(path)
 
-    with pytest.raises(fsio.OutsideChange) as caught:
-        fsio.apply_writes([fsio.FileWrite(path, b"new\n", append=False, guarded=True, expected=b"old\n")])
+    with pytest.raises(fsio_batch.OutsideChange) as caught:
+        fsio_batch.apply_writes([fsio_batch.FileWrite(path, b"new\n", append=False, guarded=True, expected=b"old\n")])
 
     assert (caught.value.path, caught.value.busy) == (path, False)
     assert os.path.islink(path) if kind == "symlink" else stat.S_ISFIFO(os.lstat(path).st_mode)
@@ -891,7 +895,7 @@ def test_a_failed_replace_reports_the_write_error_even_when_its_temp_file_is_alr
     with pytest.raises(OSError) as replace:
         fsio.atomic_replace(tmp_path / "a.json", b"{}\n")
     with pytest.raises(OSError) as batch:
-        fsio.apply_writes([fsio.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
+        fsio_batch.apply_writes([fsio_batch.FileWrite(tmp_path / "b.json", b"{}\n", append=False)])
 
     assert replace.value.errno == batch.value.errno == errno.EIO
 
@@ -974,8 +978,8 @@ def test_a_file_created_by_someone_else_after_planning_names_itself_in_the_outsi
     path = tmp_path / "context.json"
     path.write_bytes(b"theirs\n")
 
-    with pytest.raises(fsio.OutsideChange) as caught:
-        fsio.apply_writes([fsio.FileWrite(path, b"ours\n", append=False, guarded=True, expected=None)])
+    with pytest.raises(fsio_batch.OutsideChange) as caught:
+        fsio_batch.apply_writes([fsio_batch.FileWrite(path, b"ours\n", append=False, guarded=True, expected=None)])
 
     assert (caught.value.path, caught.value.busy) == (path, False)
     assert path.read_bytes() == b"theirs\n"
@@ -988,9 +992,9 @@ def test_compare_then_rename_over_what_became_a_symlink_is_an_outside_change(
     (tmp_path / "elsewhere").write_bytes(b"old\n")
     (tmp_path / "MEMORY.md").symlink_to(tmp_path / "elsewhere")
 
-    with pytest.raises(fsio.OutsideChange):
-        fsio.apply_writes(
-            [fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")]
+    with pytest.raises(fsio_batch.OutsideChange):
+        fsio_batch.apply_writes(
+            [fsio_batch.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")]
         )
 
     assert (tmp_path / "MEMORY.md").is_symlink()
@@ -1016,10 +1020,14 @@ class FailingAppend:
 def test_a_failed_append_removes_a_file_its_batch_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     hot, log = tmp_path / "context.json", tmp_path / "log.md"
     monkeypatch.setattr(fsio, "os", FailingAppend(log, lambda: None))
+    monkeypatch.setattr(fsio_batch, "os", FailingAppend(log, lambda: None))
 
     with pytest.raises(OSError) as caught:
-        fsio.apply_writes(
-            [fsio.FileWrite(hot, b"{}\n", append=False, guarded=True, expected=None), fsio.FileWrite(log, b"x\n", True)]
+        fsio_batch.apply_writes(
+            [
+                fsio_batch.FileWrite(hot, b"{}\n", append=False, guarded=True, expected=None),
+                fsio_batch.FileWrite(log, b"x\n", True),
+            ]
         )
 
     assert caught.value.errno == errno.ENOSPC
@@ -1043,11 +1051,13 @@ def test_a_failed_append_leaves_a_file_someone_replaced_or_deleted_meanwhile_as_
 
     monkeypatch.setattr(fsio, "os", FailingAppend(log, someone))
 
+    monkeypatch.setattr(fsio_batch, "os", FailingAppend(log, someone))
+
     with pytest.raises(OSError) as caught:
-        fsio.apply_writes(
+        fsio_batch.apply_writes(
             [
-                fsio.FileWrite(hot, b"new\n", append=False, guarded=True, expected=b"old\n"),
-                fsio.FileWrite(log, b"x\n", True),
+                fsio_batch.FileWrite(hot, b"new\n", append=False, guarded=True, expected=b"old\n"),
+                fsio_batch.FileWrite(log, b"x\n", True),
             ]
         )
 
@@ -1064,7 +1074,9 @@ def test_a_refusal_on_another_filesystem_keeps_renameat2_in_use_here(
     monkeypatch.setattr(fsio, "RENAMES", renames)
     (tmp_path / "MEMORY.md").write_bytes(b"old\n")
 
-    fsio.apply_writes([fsio.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")])
+    fsio_batch.apply_writes(
+        [fsio_batch.FileWrite(tmp_path / "MEMORY.md", b"new\n", append=False, guarded=True, expected=b"old\n")]
+    )
 
     assert (tmp_path / "MEMORY.md").read_bytes() == b"new\n"
     assert renames.available_for(tmp_path / "MEMORY.md") is True
@@ -1116,14 +1128,14 @@ def test_a_failed_append_reports_its_own_error_even_when_putting_a_replace_back_
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(fsio, "durable_append", no_space)
-    monkeypatch.setattr(fsio, "_unpublish", cannot_put_back)
+    monkeypatch.setattr(fsio_batch, "_unpublish", cannot_put_back)
     writes = [
-        fsio.FileWrite(hot, b"new\n", append=False, guarded=True, expected=b"old\n"),
-        fsio.FileWrite(tmp_path / "day.md", b"entry\n", append=True),
+        fsio_batch.FileWrite(hot, b"new\n", append=False, guarded=True, expected=b"old\n"),
+        fsio_batch.FileWrite(tmp_path / "day.md", b"entry\n", append=True),
     ]
 
     with pytest.raises(OSError) as caught:
-        fsio.apply_writes(writes)
+        fsio_batch.apply_writes(writes)
 
     assert caught.value.errno == errno.ENOSPC  # the cause, not the clean-up's trouble
 
@@ -1150,8 +1162,8 @@ def test_a_file_created_or_deleted_between_the_check_and_the_rename_is_an_outsid
     if expected is not None:
         path.write_bytes(expected)
 
-    with pytest.raises(fsio.OutsideChange) as caught:
-        fsio.apply_writes([fsio.FileWrite(path, b"ours\n", append=False, guarded=True, expected=expected)])
+    with pytest.raises(fsio_batch.OutsideChange) as caught:
+        fsio_batch.apply_writes([fsio_batch.FileWrite(path, b"ours\n", append=False, guarded=True, expected=expected)])
 
     assert (caught.value.path, caught.value.busy) == (path, False)
     assert temp_names(tmp_path) == []
@@ -1162,8 +1174,10 @@ def test_a_publish_withdrawn_for_a_writer_holding_the_file_names_the_file(tmp_pa
     target.write_bytes(b"planned-from")
     fd = os.open(target, os.O_WRONLY | os.O_APPEND)
     try:
-        with pytest.raises(fsio.OutsideChange) as caught:
-            fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")])
+        with pytest.raises(fsio_batch.OutsideChange) as caught:
+            fsio_batch.apply_writes(
+                [fsio_batch.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")]
+            )
     finally:
         os.close(fd)
 
@@ -1175,8 +1189,10 @@ def test_a_file_turned_into_a_directory_after_planning_is_an_outside_change_and_
     target.mkdir()  # someone replaced the file with a directory; RENAME_EXCHANGE swaps a file with one too
     (target / "inside").write_bytes(b"theirs")
 
-    with pytest.raises(fsio.OutsideChange):
-        fsio.apply_writes([fsio.FileWrite(target, b"ours\n", append=False, guarded=True, expected=b"old\n")])
+    with pytest.raises(fsio_batch.OutsideChange):
+        fsio_batch.apply_writes(
+            [fsio_batch.FileWrite(target, b"ours\n", append=False, guarded=True, expected=b"old\n")]
+        )
 
     assert target.is_dir() and (target / "inside").read_bytes() == b"theirs"
     assert temp_names(tmp_path) == []
@@ -1200,15 +1216,15 @@ def test_putting_a_replace_back_waits_for_a_writer_only_while_it_holds_the_file(
 ) -> None:
     target = tmp_path / "MEMORY.md"
     target.write_bytes(b"old")
-    write = fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"old")
-    staged = fsio._stage(write)
+    write = fsio_batch.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"old")
+    staged = fsio_batch._stage(write)
     fsio.RENAMES.exchange(staged.tmp, target)
     staged.published, staged.holds_displaced = True, True
     sleeps: list[float] = []
-    monkeypatch.setattr(fsio, "_held_open_for_writing", Holders(held))
-    monkeypatch.setattr(fsio.time, "sleep", sleeps.append)
+    monkeypatch.setattr(fsio_batch, "_held_open_for_writing", Holders(held))
+    monkeypatch.setattr(fsio_batch.time, "sleep", sleeps.append)
 
-    fsio._unpublish(staged)
+    fsio_batch._unpublish(staged)
 
     assert sleeps == [0.001] * held  # 1 ms at a time, and not at all when nobody holds it
     assert target.read_bytes() == b"old"
@@ -1219,13 +1235,13 @@ def test_putting_back_an_empty_replace_of_a_file_that_vanished_meanwhile_adds_no
 ) -> None:
     target = tmp_path / "context.json"
     target.write_bytes(b"old")
-    write = fsio.FileWrite(target, b"", append=False, guarded=True, expected=b"old")
-    staged = fsio._stage(write)
+    write = fsio_batch.FileWrite(target, b"", append=False, guarded=True, expected=b"old")
+    staged = fsio_batch._stage(write)
     fsio.RENAMES.exchange(staged.tmp, target)
     staged.published, staged.holds_displaced = True, True
-    monkeypatch.setattr(fsio, "_current_bytes", lambda path: None)  # gone between the lstat and the read
+    monkeypatch.setattr(fsio_batch, "_current_bytes", lambda path: None)  # gone between the lstat and the read
 
-    fsio._unpublish(staged)
+    fsio_batch._unpublish(staged)
 
     assert target.read_bytes() == b"old"
 
@@ -1236,7 +1252,7 @@ def test_the_lease_probe_opens_without_following_or_blocking_and_keeps_no_descri
     path = tmp_path / "MEMORY.md"
     path.write_bytes(b"x")
 
-    assert fsio._held_open_for_writing(path) is False
+    assert fsio_batch._held_open_for_writing(path) is False
 
     [(opened, flags)] = opens.flags
     assert opened == path
@@ -1253,10 +1269,10 @@ def test_the_lease_probe_of_a_missing_file_a_symlink_or_a_fifo_is_false_at_once(
     os.mkfifo(fifo)
     fd = os.open(held, os.O_WRONLY | os.O_APPEND)  # the symlink's target is held open for writing
     try:
-        assert fsio._held_open_for_writing(held) is True
-        assert fsio._held_open_for_writing(link) is False  # never followed
-        assert fsio._held_open_for_writing(tmp_path / "missing") is False
-        assert fsio._held_open_for_writing(fifo) is False  # a FIFO without a writer: opened without blocking
+        assert fsio_batch._held_open_for_writing(held) is True
+        assert fsio_batch._held_open_for_writing(link) is False  # never followed
+        assert fsio_batch._held_open_for_writing(tmp_path / "missing") is False
+        assert fsio_batch._held_open_for_writing(fifo) is False  # a FIFO without a writer: opened without blocking
     finally:
         os.close(fd)
 
@@ -1267,18 +1283,18 @@ def test_the_lease_probe_redirects_a_lease_break_to_sigurg_and_lets_go_of_the_le
     path = tmp_path / "MEMORY.md"
     path.write_bytes(b"x")
     calls: list[tuple[int, ...]] = []
-    real = fsio.fcntl.fcntl
+    real = fsio_batch.fcntl.fcntl
 
     def recording(fd: int, cmd: int, *arg: int) -> Any:
         calls.append((cmd, *arg))
         return real(fd, cmd, *arg)
 
-    monkeypatch.setattr(fsio.fcntl, "fcntl", recording)
+    monkeypatch.setattr(fsio_batch.fcntl, "fcntl", recording)
 
-    assert fsio._held_open_for_writing(path) is False
+    assert fsio_batch._held_open_for_writing(path) is False
     # SIGIO's default action would kill the daemon if a writer broke the lease before it is dropped.
     assert calls == [
-        (fsio._F_SETSIG, signal.SIGURG),
+        (fsio_batch._F_SETSIG, signal.SIGURG),
         (fcntl.F_SETLEASE, fcntl.F_RDLCK),
         (fcntl.F_SETLEASE, fcntl.F_UNLCK),
     ]
@@ -1289,17 +1305,17 @@ def test_a_displaced_file_that_cannot_be_read_back_withdraws_the_publish(
 ) -> None:
     target = tmp_path / "MEMORY.md"
     target.write_bytes(b"old")
-    real = fsio._current_bytes
+    real = fsio_batch._current_bytes
 
     def unreadable_once_displaced(path: Path) -> bytes | None:
         if fsio.is_temp_name(path.name):  # the displaced file, under memd's temp name after the exchange
             raise OSError(errno.EIO, "Input/output error", str(path))
         return real(path)
 
-    monkeypatch.setattr(fsio, "_current_bytes", unreadable_once_displaced)
+    monkeypatch.setattr(fsio_batch, "_current_bytes", unreadable_once_displaced)
 
-    with pytest.raises(fsio.OutsideChange):  # not known to be what was planned from: never kept on a guess
-        fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"old")])
+    with pytest.raises(fsio_batch.OutsideChange):  # not known to be what was planned from: never kept on a guess
+        fsio_batch.apply_writes([fsio_batch.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"old")])
 
     assert target.read_bytes() == b"old"
 
@@ -1312,7 +1328,7 @@ def test_restore_tree_refuses_a_path_that_is_not_plainly_inside_the_workspace(tm
     (root / "warm").mkdir(parents=True)
 
     with pytest.raises(OSError) as refused:
-        fsio.restore_tree(fsio.PinnedDir.pin(root), {rel: b"evil\n", "warm/2024-01-01.md": b"fine\n"}, ["warm"])
+        fsio_batch.restore_tree(fsio.PinnedDir.pin(root), {rel: b"evil\n", "warm/2024-01-01.md": b"fine\n"}, ["warm"])
 
     assert refused.value.errno == errno.EINVAL
     assert refused.value.strerror == f"memd does not restore {rel!r}: not a plain path inside the workspace"
@@ -1331,7 +1347,7 @@ def test_restore_tree_refuses_to_empty_anything_but_a_plain_path_inside_the_work
     (tmp_path / "beside.md").write_bytes(b"beside the workspace\n")
 
     with pytest.raises(OSError) as refused:  # `paths` are emptied of what the snapshot lacks: here, everything
-        fsio.restore_tree(fsio.PinnedDir.pin(root), {}, [rel])
+        fsio_batch.restore_tree(fsio.PinnedDir.pin(root), {}, [rel])
 
     assert (refused.value.errno, refused.value.filename) == (errno.EINVAL, rel)
     assert (root / "warm" / "2024-01-01.md").read_bytes() == b"kept\n"
@@ -1365,7 +1381,7 @@ def test_restore_tree_writes_what_differs_removes_what_the_snapshot_lacks_and_sa
         "cold/PROPOSED.md": b"# Proposed\n",  # missing now: created
     }
 
-    changed = fsio.restore_tree(fsio.PinnedDir.pin(root), snapshot, ["hot", "warm", "cold"])
+    changed = fsio_batch.restore_tree(fsio.PinnedDir.pin(root), snapshot, ["hot", "warm", "cold"])
 
     assert changed == [
         "cold/MEMORY.md",
@@ -1384,7 +1400,7 @@ def test_restore_tree_removes_only_under_the_paths_it_is_given_and_never_memd_te
     temp = fsio.temp_name(root / "warm" / "2024-01-03.md")
     temp.write_bytes(b"a batch's staged file")
 
-    changed = fsio.restore_tree(fsio.PinnedDir.pin(root), {"warm/2024-01-01.md": b"# kept as it is\n"}, ["warm"])
+    changed = fsio_batch.restore_tree(fsio.PinnedDir.pin(root), {"warm/2024-01-01.md": b"# kept as it is\n"}, ["warm"])
 
     assert changed == ["warm/2024-01-02.md"]
     assert temp.exists()
@@ -1394,7 +1410,7 @@ def test_restore_tree_removes_only_under_the_paths_it_is_given_and_never_memd_te
 def test_restore_tree_of_a_single_file_path_removes_that_file_only(tmp_path: Path) -> None:
     root = restore_root(tmp_path)
 
-    changed = fsio.restore_tree(fsio.PinnedDir.pin(root), {}, ["hot/context.json"])
+    changed = fsio_batch.restore_tree(fsio.PinnedDir.pin(root), {}, ["hot/context.json"])
 
     assert changed == ["hot/context.json"]
     assert not (root / "hot" / "context.json").exists()
@@ -1407,7 +1423,7 @@ def test_restore_tree_leaves_a_symlink_inside_a_tier_alone(tmp_path: Path) -> No
     outside.write_bytes(b"not memd's")
     (root / "warm" / "link.md").symlink_to(outside)
 
-    changed = fsio.restore_tree(fsio.PinnedDir.pin(root), {}, ["warm"])
+    changed = fsio_batch.restore_tree(fsio.PinnedDir.pin(root), {}, ["warm"])
 
     assert changed == ["warm/2024-01-01.md", "warm/2024-01-02.md"]
     assert (root / "warm" / "link.md").is_symlink() and outside.read_bytes() == b"not memd's"
@@ -1426,7 +1442,7 @@ def test_restore_tree_refuses_a_symlinked_tier_before_touching_anything(tmp_path
     files = {"hot/context.json": b"{}\n"} | ({"warm/2024-01-05.md": b"memd's"} if how == "written" else {})
 
     with pytest.raises(OSError) as refused:
-        fsio.restore_tree(fsio.PinnedDir.pin(root), files, ["warm"])
+        fsio_batch.restore_tree(fsio.PinnedDir.pin(root), files, ["warm"])
 
     assert refused.value.errno == errno.ELOOP
     assert refused.value.strerror == f"{root / 'warm'} is a symlink; memd does not restore through it"
@@ -1441,7 +1457,7 @@ def test_restore_tree_into_a_workspace_directory_swapped_since_it_was_pinned_wri
     root.mkdir()
 
     with pytest.raises(OSError):
-        fsio.restore_tree(pinned, {"hot/context.json": b"{}\n"}, ["hot"])
+        fsio_batch.restore_tree(pinned, {"hot/context.json": b"{}\n"}, ["hot"])
 
     assert list(root.iterdir()) == []
 
@@ -1453,7 +1469,7 @@ def test_write_batch_makes_a_removed_tier_directory_again_but_never_the_workspac
     (root / "warm" / "2024-01-02.md").unlink()
     (root / "warm").rmdir()  # `rm -r warm` by a person
 
-    fsio.write_batch(pinned, [fsio.FileWrite(root / "warm" / "2024-01-03.md", b"# day\n", append=True)])
+    fsio_batch.write_batch(pinned, [fsio_batch.FileWrite(root / "warm" / "2024-01-03.md", b"# day\n", append=True)])
 
     assert (root / "warm" / "2024-01-03.md").read_bytes() == b"# day\n"
     gone = tmp_path / "gone"
@@ -1461,7 +1477,9 @@ def test_write_batch_makes_a_removed_tier_directory_again_but_never_the_workspac
     pinned_gone = fsio.PinnedDir.pin(gone)
     gone.rmdir()
     with pytest.raises(OSError):
-        fsio.write_batch(pinned_gone, [fsio.FileWrite(gone / "warm" / "2024-01-03.md", b"# day\n", append=True)])
+        fsio_batch.write_batch(
+            pinned_gone, [fsio_batch.FileWrite(gone / "warm" / "2024-01-03.md", b"# day\n", append=True)]
+        )
     assert not gone.exists()
 
 
@@ -1474,7 +1492,9 @@ def test_restore_tree_refuses_a_symlinked_tier_it_only_writes_into(tmp_path: Pat
     (root / "cold").symlink_to(elsewhere)
 
     with pytest.raises(OSError) as refused:  # cold/ is written to, not emptied: it is not among `paths`
-        fsio.restore_tree(fsio.PinnedDir.pin(root), {"cold/MEMORY.md": b"# M\n", "hot/context.json": b"{}\n"}, ["hot"])
+        fsio_batch.restore_tree(
+            fsio.PinnedDir.pin(root), {"cold/MEMORY.md": b"# M\n", "hot/context.json": b"{}\n"}, ["hot"]
+        )
 
     assert refused.value.errno == errno.ELOOP
     assert refused.value.strerror == f"{root / 'cold'} is a symlink; memd does not restore through it"

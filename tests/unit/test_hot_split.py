@@ -17,7 +17,7 @@ from clocks import START, FixedClock
 from edits import note
 from hot_files import context_file, own_file, read_hot
 
-from memd import fsio, git_history, snapshot_history
+from memd import fsio, fsio_batch, git_history, snapshot_history
 from memd.batch import Draft
 from memd.checkpoint import Checkpointer
 from memd.checkpoint_plan import entry_key
@@ -84,13 +84,13 @@ def decide(action: str) -> Callable[[Draft], Any]:
 
 def recorded_writes(monkeypatch: pytest.MonkeyPatch) -> list[list[Path]]:
     batches: list[list[Path]] = []
-    real_apply = fsio.write_batch
+    real_apply = fsio_batch.write_batch
 
-    def recording(root: fsio.PinnedDir, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    def recording(root: fsio.PinnedDir, writes: list[fsio_batch.FileWrite]) -> list[fsio.Fingerprint]:
         batches.append([w.path for w in writes])
         return real_apply(root, writes)
 
-    monkeypatch.setattr("memd.fsio.write_batch", recording)
+    monkeypatch.setattr("memd.fsio_batch.write_batch", recording)
     return batches
 
 

@@ -18,7 +18,7 @@ from edits import note
 from hooked_io import HookedIO
 from hot_files import context_file, own_file, read_hot
 
-from memd import fsio, sweep
+from memd import fsio, fsio_batch, sweep
 from memd.batch import Draft
 from memd.errors import CorruptFile, StorageError
 from memd.tiers import hot_format, proposals_format, warm_format
@@ -46,7 +46,9 @@ def test_a_guarded_replace_over_the_planned_bytes_is_published(tmp_path: Path, p
     target = tmp_path / "context.json"
     target.write_bytes(b"planned-from")
 
-    fsio.apply_writes([fsio.FileWrite(target, b"new", append=False, guarded=True, expected=b"planned-from")])
+    fsio_batch.apply_writes(
+        [fsio_batch.FileWrite(target, b"new", append=False, guarded=True, expected=b"planned-from")]
+    )
 
     assert target.read_bytes() == b"new"
     assert temps(tmp_path) == []
@@ -59,8 +61,10 @@ def test_a_rename_over_save_after_planning_is_kept_and_reported(tmp_path: Path, 
     saved.write_bytes(b"the person's save")
     os.replace(saved, target)  # what editors do, between memd's planning and its publishing
 
-    with pytest.raises(fsio.OutsideChange):
-        fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")])
+    with pytest.raises(fsio_batch.OutsideChange):
+        fsio_batch.apply_writes(
+            [fsio_batch.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")]
+        )
 
     assert target.read_bytes() == b"the person's save"
     assert temps(tmp_path) == []
@@ -76,8 +80,10 @@ def test_an_in_place_append_of_the_same_size_class_is_seen_by_content_not_by_met
         f.write(b"# Agent Memorx\n")
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
 
-    with pytest.raises(fsio.OutsideChange):
-        fsio.apply_writes([fsio.FileWrite(target, b"x", append=False, guarded=True, expected=b"# Agent Memory\n")])
+    with pytest.raises(fsio_batch.OutsideChange):
+        fsio_batch.apply_writes(
+            [fsio_batch.FileWrite(target, b"x", append=False, guarded=True, expected=b"# Agent Memory\n")]
+        )
 
     assert target.read_bytes() == b"# Agent Memorx\n"
 
@@ -87,8 +93,10 @@ def test_a_writer_that_opened_the_file_before_the_publish_keeps_its_late_write(t
     target.write_bytes(b"planned-from")
     fd = os.open(target, os.O_WRONLY | os.O_APPEND)  # `echo ... >> MEMORY.md` has opened the file, not yet written
     try:
-        with pytest.raises(fsio.OutsideChange) as caught:
-            fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")])
+        with pytest.raises(fsio_batch.OutsideChange) as caught:
+            fsio_batch.apply_writes(
+                [fsio_batch.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"planned-from")]
+            )
         os.write(fd, b" + written late")
     finally:
         os.close(fd)
@@ -103,7 +111,7 @@ def test_appends_on_both_sides_of_a_withdrawn_publish_are_all_kept(
 ) -> None:
     target = tmp_path / "MEMORY.md"
     target.write_bytes(b"# M\n")
-    real_check = fsio._held_open_for_writing
+    real_check = fsio_batch._held_open_for_writing
     injected: list[Path] = []
 
     def person_at_the_exchange(path: Path) -> bool:
@@ -115,10 +123,12 @@ def test_appends_on_both_sides_of_a_withdrawn_publish_are_all_kept(
                 new.write(b"- person 2\n")
         return real_check(path)
 
-    monkeypatch.setattr(fsio, "_held_open_for_writing", person_at_the_exchange)
+    monkeypatch.setattr(fsio_batch, "_held_open_for_writing", person_at_the_exchange)
 
-    with pytest.raises(fsio.OutsideChange):
-        fsio.apply_writes([fsio.FileWrite(target, b"# M\n- memd\n", append=False, guarded=True, expected=b"# M\n")])
+    with pytest.raises(fsio_batch.OutsideChange):
+        fsio_batch.apply_writes(
+            [fsio_batch.FileWrite(target, b"# M\n- memd\n", append=False, guarded=True, expected=b"# M\n")]
+        )
 
     assert target.read_bytes() == b"# M\n- person 1\n- person 2\n"  # memd's line comes with the re-plan
     assert temps(tmp_path) == []
@@ -128,8 +138,8 @@ def test_a_file_created_by_someone_else_after_planning_is_not_replaced(tmp_path:
     target = tmp_path / "context.json"
     target.write_bytes(b"created meanwhile")
 
-    with pytest.raises(fsio.OutsideChange):
-        fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=None)])
+    with pytest.raises(fsio_batch.OutsideChange):
+        fsio_batch.apply_writes([fsio_batch.FileWrite(target, b"memd's", append=False, guarded=True, expected=None)])
 
     assert target.read_bytes() == b"created meanwhile"
 
@@ -137,8 +147,10 @@ def test_a_file_created_by_someone_else_after_planning_is_not_replaced(tmp_path:
 def test_a_file_deleted_after_planning_is_a_change_too(tmp_path: Path, publish_mode: str) -> None:
     target = tmp_path / "context.json"
 
-    with pytest.raises(fsio.OutsideChange):
-        fsio.apply_writes([fsio.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"was here")])
+    with pytest.raises(fsio_batch.OutsideChange):
+        fsio_batch.apply_writes(
+            [fsio_batch.FileWrite(target, b"memd's", append=False, guarded=True, expected=b"was here")]
+        )
 
     assert not target.exists()
     assert temps(tmp_path) == []
@@ -149,12 +161,12 @@ def test_guarded_replaces_go_in_all_or_none(tmp_path: Path, publish_mode: str) -
     cold.write_bytes(b"cold as planned")
     hot.write_bytes(b"hot edited by a person")
     writes = [
-        fsio.FileWrite(cold, b"cold by memd", append=False, guarded=True, expected=b"cold as planned"),
-        fsio.FileWrite(hot, b"hot by memd", append=False, guarded=True, expected=b"hot as planned"),
+        fsio_batch.FileWrite(cold, b"cold by memd", append=False, guarded=True, expected=b"cold as planned"),
+        fsio_batch.FileWrite(hot, b"hot by memd", append=False, guarded=True, expected=b"hot as planned"),
     ]
 
-    with pytest.raises(fsio.OutsideChange) as caught:
-        fsio.apply_writes(writes)
+    with pytest.raises(fsio_batch.OutsideChange) as caught:
+        fsio_batch.apply_writes(writes)
 
     assert caught.value.path == hot
     assert cold.read_bytes() == b"cold as planned"  # published, then put back
@@ -169,10 +181,10 @@ def test_a_failed_append_puts_the_batchs_replaces_back(tmp_path: Path, publish_m
     log.mkdir()  # an append to a directory fails after the replace was published
 
     with pytest.raises(OSError):
-        fsio.apply_writes(
+        fsio_batch.apply_writes(
             [
-                fsio.FileWrite(hot, b"after", append=False, guarded=True, expected=b"before"),
-                fsio.FileWrite(log, b"entry\n", append=True),
+                fsio_batch.FileWrite(hot, b"after", append=False, guarded=True, expected=b"before"),
+                fsio_batch.FileWrite(log, b"entry\n", append=True),
             ]
         )
 
@@ -187,7 +199,7 @@ def test_an_append_after_someone_left_the_last_line_open_starts_on_a_new_line(tm
     with day.open("ab") as f:
         f.write(b"a person's line without a newline")
 
-    fsio.apply_writes([fsio.FileWrite(day, b"### 10:00:00 - memd\n", append=True, expected_size=planned)])
+    fsio_batch.apply_writes([fsio_batch.FileWrite(day, b"### 10:00:00 - memd\n", append=True, expected_size=planned)])
 
     assert day.read_bytes() == b"# day\na person's line without a newline\n### 10:00:00 - memd\n"
 

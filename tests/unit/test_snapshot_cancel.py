@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from edits import note
 
-from memd import fsio, git_mirror, snapshot_history
+from memd import fsio_batch, git_mirror, snapshot_history
 from memd.config import SnapshotConfig
 from memd.gitrepo import GitRepo
 from memd.snapshots import Snapshotter
@@ -180,7 +180,7 @@ def test_a_restore_stopped_while_it_rewrites_files_leaves_the_restored_tiers_for
     ws: Workspace, snapshots: Snapshotter, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     gate = Gate()
-    real_restore = fsio.restore_tree
+    real_restore = fsio_batch.restore_tree
 
     def restore_then_fail(*args: Any) -> list[str]:  # the disk fills after the files were replaced
         real_restore(*args)
@@ -193,7 +193,7 @@ def test_a_restore_stopped_while_it_rewrites_files_leaves_the_restored_tiers_for
         await ws.write(note("new"))
         await snapshots.snapshot(ws, "after new")
         monkeypatch.setattr(
-            fsio, "restore_tree", gate.around(real_restore) if how == "cancelled" else restore_then_fail
+            fsio_batch, "restore_tree", gate.around(real_restore) if how == "cancelled" else restore_then_fail
         )
         job = asyncio.ensure_future(snapshot_history.restore(snapshots, ws, old, ["hot"]))
         if how == "cancelled":

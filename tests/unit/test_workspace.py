@@ -21,7 +21,7 @@ from clocks import START, FixedClock
 from edits import note
 from hot_files import own_file, read_hot
 
-from memd import fsio
+from memd import fsio, fsio_batch
 from memd.batch import Draft
 from memd.config import BudgetConfig, LimitsConfig, WarmConfig, WorkspaceConfig
 from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
@@ -128,14 +128,14 @@ def test_writes_that_arrive_while_a_batch_is_made_durable_form_the_next_batch(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     entered, release = threading.Event(), threading.Event()
-    real_apply = fsio.apply_writes
+    real_apply = fsio_batch.apply_writes
 
-    def slow_apply(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    def slow_apply(writes: list[fsio_batch.FileWrite]) -> list[fsio.Fingerprint]:
         entered.set()
         assert release.wait(10)
         return real_apply(writes)
 
-    monkeypatch.setattr("memd.workspace.fsio.apply_writes", slow_apply)
+    monkeypatch.setattr("memd.workspace.fsio_batch.apply_writes", slow_apply)
 
     async def go() -> list[Any]:
         first = asyncio.ensure_future(ws.write(log("first")))
@@ -155,14 +155,14 @@ def test_writes_that_arrive_while_a_batch_is_made_durable_form_the_next_batch(
 
 
 def test_a_batch_writes_each_file_once(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
-    batches: list[list[fsio.FileWrite]] = []
-    real_apply = fsio.write_batch
+    batches: list[list[fsio_batch.FileWrite]] = []
+    real_apply = fsio_batch.write_batch
 
-    def recording_apply(root: Path, writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    def recording_apply(root: Path, writes: list[fsio_batch.FileWrite]) -> list[fsio.Fingerprint]:
         batches.append(list(writes))
         return real_apply(root, writes)
 
-    monkeypatch.setattr("memd.fsio.write_batch", recording_apply)
+    monkeypatch.setattr("memd.fsio_batch.write_batch", recording_apply)
 
     run(*(note(f"n{i}") for i in range(20)), *(learn("Testing", f"l{i}") for i in range(5)), log("x"), ws=ws)
 
@@ -221,15 +221,15 @@ def test_an_outside_hot_edit_is_seen_by_reads_while_a_log_only_batch_is_being_wr
 ) -> None:
     run(note("before"), log("day file exists"), ws=ws)
     entered, release = threading.Event(), threading.Event()
-    real_apply = fsio.apply_writes
+    real_apply = fsio_batch.apply_writes
 
-    def slow_apply(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    def slow_apply(writes: list[fsio_batch.FileWrite]) -> list[fsio.Fingerprint]:
         done = real_apply(writes)  # on disk, not yet published: today's file differs from what memd knows
         entered.set()
         assert release.wait(10)
         return done
 
-    monkeypatch.setattr("memd.workspace.fsio.apply_writes", slow_apply)
+    monkeypatch.setattr("memd.workspace.fsio_batch.apply_writes", slow_apply)
 
     async def go() -> tuple[set[str], set[str]]:
         writing = asyncio.ensure_future(ws.write(log("in flight")))
@@ -280,10 +280,10 @@ def test_a_failed_disk_write_fails_the_whole_batch_and_changes_nothing(
         "usage": ws.usage_dict(),
     }
 
-    def no_space(writes: list[fsio.FileWrite]) -> list[fsio.Fingerprint]:
+    def no_space(writes: list[fsio_batch.FileWrite]) -> list[fsio.Fingerprint]:
         raise OSError(errno.ENOSPC, "No space left on device", str(writes[0].path))
 
-    monkeypatch.setattr("memd.workspace.fsio.apply_writes", no_space)
+    monkeypatch.setattr("memd.workspace.fsio_batch.apply_writes", no_space)
 
     results = run(note("lost note"), log("lost entry"), learn("Testing", "lost learning"), ws=ws)
 
@@ -718,7 +718,7 @@ def test_tokens_not_counted_ahead_are_counted_when_the_batch_is_published(
     calls = {"n": 0}
     real_count = ws.warm.count_append
 
-    def warm_count_failing_first(write: fsio.FileWrite) -> int:
+    def warm_count_failing_first(write: fsio_batch.FileWrite) -> int:
         calls["n"] += 1
         if calls["n"] == 1:  # the count taken while the worker writes (hot's is not tried after it)
             raise RuntimeError("tokenizer hiccup")

@@ -20,7 +20,7 @@ from clocks import START
 from edits import note
 from hot_files import own_file, read_hot
 
-from memd import fsio, writer
+from memd import fsio, fsio_batch, writer
 from memd.errors import Busy, ShuttingDown, StorageError
 from memd.retention import Held
 from memd.workspace import Workspace
@@ -41,7 +41,7 @@ class PersonEveryAttempt(ThreadPoolExecutor):
         hook = self.before_each
 
         def run() -> Any:
-            if hook is not None and fn is fsio.write_batch:
+            if hook is not None and fn is fsio_batch.write_batch:
                 self.attempts += 1
                 hook()
             return fn(*args, **kwargs)
@@ -200,7 +200,7 @@ def test_a_tool_that_held_the_file_open_and_then_wrote_its_change_is_read_once_b
     own = after_a_first_note(ws)
     tool = own.open("r+b")  # a tool opened memd.json for writing before memd's attempt
     theirs = {**json.loads(own.read_bytes()), "owner": "the tool"}
-    real_check = fsio._held_open_for_writing
+    real_check = fsio_batch._held_open_for_writing
 
     def tool_finishes_right_after_the_check(path: Path) -> bool:
         busy = real_check(path)
@@ -211,7 +211,7 @@ def test_a_tool_that_held_the_file_open_and_then_wrote_its_change_is_read_once_b
             tool.close()
         return busy
 
-    monkeypatch.setattr(fsio, "_held_open_for_writing", tool_finishes_right_after_the_check)
+    monkeypatch.setattr(fsio_batch, "_held_open_for_writing", tool_finishes_right_after_the_check)
 
     results = write(ws, note("second"))
 

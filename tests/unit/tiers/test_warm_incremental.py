@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from memd.config import WorkspaceConfig
 from memd.context import build_context, load_recent, recent_page
-from memd.tiers import warm_format, warm_store
+from memd.tiers import warm_format, warm_parse, warm_store
 from memd.tiers.warm_format import Resume, WarmEntry, day_header, parse_day, parse_day_bytes, render_entry
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -185,8 +185,8 @@ def test_served_entries_equal_a_full_parse_after_any_sequence_of_changes(ws: Wor
 def test_a_day_keeps_only_its_newest_entries_parsed_and_every_one_can_still_be_read(
     ws: Workspace, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(warm_store, "DAY_WINDOW", 4)
-    monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 2)
+    monkeypatch.setattr(warm_parse, "DAY_WINDOW", 4)
+    monkeypatch.setattr(warm_parse, "DAY_WINDOW_SLACK", 2)
     rng = random.Random(seed)
     log(ws, "first")
     names = [n for n in STEPS if n != "a new day"]
@@ -208,8 +208,8 @@ def test_a_day_keeps_only_its_newest_entries_parsed_and_every_one_can_still_be_r
 @pytest.fixture
 def sixty_entries(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     """Today with 60 entries, of which a window of 10 (and a slack of 5) stays parsed."""
-    monkeypatch.setattr(warm_store, "DAY_WINDOW", 10)
-    monkeypatch.setattr(warm_store, "DAY_WINDOW_SLACK", 5)
+    monkeypatch.setattr(warm_parse, "DAY_WINDOW", 10)
+    monkeypatch.setattr(warm_parse, "DAY_WINDOW_SLACK", 5)
     log(ws, "entry 0")
     served(ws, ws.today())  # parsed once: memd's appends extend it from then on
     for i in range(1, 60):
@@ -253,7 +253,8 @@ def test_memds_own_append_is_taken_from_what_it_wrote_without_reading_the_file(
     assert served(ws, ws.today())[-1].action == "one"
     reads: list[Any] = []
     original = warm_store.read_tier_file
-    monkeypatch.setattr(warm_store, "read_tier_file", lambda *a: reads.append(a) or original(*a))
+    for module in (warm_store, warm_parse):  # its count and its parse
+        monkeypatch.setattr(module, "read_tier_file", lambda *a: reads.append(a) or original(*a))
 
     log(ws, "two", "three")
 
@@ -268,7 +269,8 @@ def test_an_outside_append_is_read_from_the_last_entry_on_not_from_the_start(
     served(ws, ws.today())
     offsets: list[int] = []
     original = warm_store.read_tier_file
-    monkeypatch.setattr(warm_store, "read_tier_file", lambda p, m, o=0: offsets.append(o) or original(p, m, o))
+    for module in (warm_store, warm_parse):  # its count and its parse
+        monkeypatch.setattr(module, "read_tier_file", lambda p, m, o=0: offsets.append(o) or original(p, m, o))
 
     append_outside(ws, render_entry(WarmEntry("11:00:00", "from a shell")))
 
