@@ -35,6 +35,11 @@ CANDIDATES = 200
 # falls back to substring matching (context.get's topic ranking), and the next query is not held up behind it.
 QUERY_SECONDS = 5.0
 _PROGRESS_STEPS = 1000  # SQLite virtual-machine steps between two looks at the clock
+# A hit's row: its document's columns in this order, then, from a ranking, its score and the candidates' count.
+_DOC_COLUMNS = (
+    "d.id, d.workspace, d.tier, d.kind, d.file, d.date, d.time, d.line_start, d.line_end, d.heading, d.ref, d.body"
+)
+_SCORE, _COUNT = 12, 13
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,7 @@ class Searcher:
         seconds: float = QUERY_SECONDS,
         texts: bool = False,
         scan: bool = True,
+        page: range | None = None,
     ) -> list[dict[str, Any]]:
         """Up to `limit` hits, best first: stemmed-word matches by BM25 times the recency weight, then matches
         only the trigram index finds (substrings: parts of identifiers, CJK), then, for a query with a term under
@@ -74,11 +80,13 @@ class Searcher:
         with InvalidParams (see QUERY_SECONDS). `texts`: each hit has its document's whole `text` instead of a
         snippet, and nothing but `file` and `heading` besides (a ranking that looks the documents up by content:
         no snippet is made, no other column read). `scan` False: no scan for short terms (the caller has a
-        substring rule of its own that finds the same, and a scan reads every document of the scope)."""
+        substring rule of its own that finds the same, and a scan reads every document of the scope). `page`: the
+        positions of the hits the caller returns; the others are ranked but get no snippet (a caller pages past
+        some, and asks one more than it returns to say whether there is more)."""
         deadline = time.monotonic() + seconds
         self.conn.set_progress_handler(lambda: time.monotonic() >= deadline, _PROGRESS_STEPS)
         try:
-            return self._search(query, f, limit, texts, scan)
+            return self._search(query, f, limit, texts, scan, range(limit) if page is None else page)
         except sqlite3.OperationalError as exc:
             if time.monotonic() < deadline:
                 raise
@@ -90,13 +98,15 @@ class Searcher:
         finally:
             self.conn.set_progress_handler(None, 0)
 
-    def _search(self, query: q.Query, f: Filters, limit: int, texts: bool, scan: bool) -> list[dict[str, Any]]:
-        hits = self._ranked(query, "words", q.words_match(query), f, limit, (), texts)
+    def _search(
+        self, query: q.Query, f: Filters, limit: int, texts: bool, scan: bool, page: range
+    ) -> list[dict[str, Any]]:
+        hits = self._ranked(query, "words", q.words_match(query), f, limit, (), texts, page)
         if len(hits) < limit:
             seen = tuple(h["_id"] for h in hits)
             grams = q.substring_match(query)
             if grams is not None:
-                hits += self._ranked(query, "grams", grams, f, limit - len(hits), seen, texts)
+                hits += self._ranked(query, "grams", grams, f, limit - len(hits), seen, texts, range(limit))
             elif scan:
                 hits += self._scan(query, f, limit - len(hits), seen, texts)
         for hit in hits:
@@ -128,8 +138,18 @@ class Searcher:
         return " AND ".join(sql), args
 
     def _ranked(
-        self, query: q.Query, table: str, user: str, f: Filters, limit: int, seen: tuple[int, ...], texts: bool
+        self,
+        query: q.Query,
+        table: str,
+        user: str,
+        f: Filters,
+        limit: int,
+        seen: tuple[int, ...],
+        texts: bool,
+        page: range,
     ) -> list[dict[str, Any]]:
+        """Up to `limit` hits of the MATCH expression `user` on `table` not in `seen`, best first; snippets (of
+        the stemmed-word index: one SQL round) only for the hits at `page` positions."""
         where, args = self._where(f)
         half = max(f.half_life_days, 1e-6)
         # Warm entries decay hyperbolically with age (1 today, halfway to `floor` after `half_life_days`); hot and
@@ -144,28 +164,27 @@ class Searcher:
             sql = (
                 f"WITH cand AS MATERIALIZED (SELECT rowid AS id, bm25({table}, {HEADING_WEIGHT}, 1.0) AS r "
                 f"FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) "
-                f"SELECT d.id, -cand.r * {weight} AS score, (SELECT count(*) FROM cand), d.file, d.heading, d.body "
+                f"SELECT {_DOC_COLUMNS}, -cand.r * {weight} AS score, (SELECT count(*) FROM cand) "
                 f"FROM cand JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
             )
             found = self.conn.execute(sql, [user, cap, *weight_args, *args, limit + len(seen)]).fetchall()
             skip = set(seen)
             ranked = [row for row in found if row[0] not in skip][:limit]
-            candidates = found[0][2] if found else self._count(table, user, cap)
+            candidates = found[0][_COUNT] if found else self._count(table, user, cap)
             if len(ranked) >= limit or candidates < cap or cap >= 1 << 24:
                 break
             cap *= 8  # the scope's rows filter out most candidates (many workspaces, a date range): look further
         if not ranked:
             return []
         if texts:
-            return [_text_hit(i, file, heading, body) for i, _, _, file, heading, body in ranked]
-        scores = [(row[0], row[1]) for row in ranked]
-        ids = [i for i, _ in scores]
-        rows = self._docs(ids)
+            return [_text_hit(row[0], row[4], row[9], row[11]) for row in ranked]
         if table == "grams":
             needles = [t.text for c in query.positive for t in c.terms]
-            return [self._hit(rows[i], s, _snippet(rows[i], needles), "substring") for i, s in scores if i in rows]
-        snippets = self._snippets(user, [(i, rows[i][9], rows[i][11]) for i in ids if i in rows])
-        return [self._hit(rows[i], s, snippets.get(i, ""), "words") for i, s in scores if i in rows]
+            return [self._hit(row, row[_SCORE], _snippet(row, needles), "substring") for row in ranked]
+        # The hits the caller returns (the rest are only counted) have a snippet; the ranking read their text.
+        wanted = [(row[0], row[9], row[11]) for n, row in enumerate(ranked) if n in page]
+        snippets = self._snippets(user, wanted) if wanted else {}
+        return [self._hit(row, row[_SCORE], snippets.get(row[0], ""), "words") for row in ranked]
 
     def _snippets(self, match: str, rows: list[tuple[int, str, str]]) -> dict[int, str]:
         """FTS5 snippets of a few rows: they are indexed alone in a temporary table and matched there (asking the
@@ -218,16 +237,14 @@ class Searcher:
         return {
             r[0]: r
             for r in self.conn.execute(
-                "SELECT id, workspace, tier, kind, file, date, time, line_start, line_end, heading, ref, body "
-                "FROM docs WHERE id IN (SELECT value FROM json_each(?))",
-                (json.dumps(ids),),
+                f"SELECT {_DOC_COLUMNS} FROM docs d WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),)
             )
         }
 
     @staticmethod
     def _hit(row: tuple[Any, ...], score: float, snippet: str | None, how: str) -> dict[str, Any]:
         """A hit; with `snippet` None, the document's whole text instead of a snippet."""
-        _id, workspace, tier, kind, file, day, time, first, last, heading, ref, body = row
+        _id, workspace, tier, kind, file, day, time, first, last, heading, ref, body = row[:_SCORE]
         hit: dict[str, Any] = {
             "workspace": workspace,
             "tier": tier,

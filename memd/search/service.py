@@ -64,6 +64,11 @@ class Request:
     texts: bool = False  # hits carry their document's whole text, not a snippet
     scan: bool = True  # terms too short for trigrams are looked for by a scan of every document in scope
 
+    @property
+    def page(self) -> range:
+        """The positions of the hits returned: the searcher ranks one more, to tell whether there is more."""
+        return range(self.offset, self.offset + self.limit)
+
 
 _PASS = "pass"  # the one key of the debouncer
 
@@ -309,7 +314,7 @@ class SearchService:
         built from scratch, or one that failed it), after whatever the search thread is doing."""
         assert self._store is not None
         filters, limit = self._filters(sources, request, today), request.offset + request.limit + 1
-        asked = (request.query, filters, limit, request.seconds, request.texts, request.scan)
+        asked = (request.query, filters, limit, request.seconds, request.texts, request.scan, request.page)
         with self._counting_stops():
             try:
                 return self._store.searcher.search(*asked)
@@ -347,6 +352,7 @@ class SearchService:
                     request.seconds,
                     request.texts,
                     request.scan,
+                    request.page,
                 )
         except sqlite3.DatabaseError as exc:
             log.warning("search: reading the index failed (%s); asking the search thread", exc)

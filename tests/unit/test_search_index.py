@@ -175,6 +175,16 @@ def test_details_and_results_are_searched_and_marked(store: Store, ws: Source) -
     assert search(store, "auth/jwt.py")[0]["snippet"] == "file: «auth/jwt.py» / Tests passing"
 
 
+def test_only_the_page_the_caller_returns_gets_snippets_and_they_are_the_unpaged_ones(store: Store, ws: Source) -> None:
+    indexer.sync(store, ws, ALL_TIERS)
+    whole = search(store, "jwt OR auth OR vault OR pytest")
+    assert len(whole) >= 3 and all(h["snippet"] for h in whole)
+    paged = store.searcher.search(q.parse("jwt OR auth OR vault OR pytest"), filters(), 3, page=range(1, 2))
+    assert [h["snippet"] for h in paged] == ["", whole[1]["snippet"], ""]
+    where = [(h["file"], h["lines"], h["score"]) for h in whole[:3]]
+    assert [(h["file"], h["lines"], h["score"]) for h in paged] == where
+
+
 def test_identifier_parts_and_cjk_are_found_as_substrings(store: Store, tmp_path: Path) -> None:
     ws = source(tmp_path / "alpha")
     write_day(ws.root, TODAY, entry("10:00:00", "Fixed JwtValidatorFactory caching", "数据库连接失败 resolved"))

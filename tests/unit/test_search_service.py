@@ -101,6 +101,27 @@ def test_a_write_is_found_by_the_next_search_without_waiting_for_the_indexer(
     asyncio.run(go())
 
 
+def test_paging_returns_each_page_with_its_snippets_and_says_when_there_is_more(
+    tmp_path: Path, make_workspace: Callable[..., Workspace]
+) -> None:
+    ws = make_workspace("alpha")
+    services = serve(tmp_path, SLOW, ws)
+
+    async def go() -> None:
+        await services.search.start([ws])
+        for i in range(5):
+            await ws.write(log(f"Rotated key {i}", f"signing key {i} rotated"))
+        whole = await searched(services, workspace="alpha", query="rotated")
+        assert len(whole["hits"]) == 5 and not whole["more"]
+        pages = [await searched(services, workspace="alpha", query="rotated", offset=o, limit=2) for o in (0, 2, 4)]
+        assert [p["more"] for p in pages] == [True, True, False]
+        assert [h for p in pages for h in p["hits"]] == whole["hits"]
+        assert all("\u00abRotated\u00bb" in h["snippet"] for h in whole["hits"])
+        await services.search.close()
+
+    asyncio.run(go())
+
+
 def test_the_background_pass_indexes_marked_workspaces_after_the_delay(
     tmp_path: Path, make_workspace: Callable[..., Workspace]
 ) -> None:
