@@ -1,16 +1,25 @@
-"""Keeping a long-running daemon's memory flat: glibc malloc settings applied once at start (Linux with glibc).
+"""Keeping a long-running daemon's memory flat without paying for it in page faults: glibc malloc settings
+applied once at start (Linux with glibc).
 
 glibc raises its mmap threshold each time a block it allocated with mmap is freed (up to 32 MiB); from then on,
 blocks that size come from the heap arenas instead and fragment them. memd builds and drops megabyte strings all
 day (MEMORY.md rewritten whole at each learning, a big day file read for a snapshot, a large answer encoded), so
 its RSS kept climbing while its live objects did not: the soak's RSS slope was +182 to +218 MB/hour over 6
-minutes, +88 MB/hour with the threshold fixed and two arenas (torture/README.md). A fixed threshold (128 KiB,
-glibc's own starting value, no longer raised) keeps big blocks in mmap, given back to the kernel when freed; two
-arenas bound the per-thread arenas memd's thread pools would otherwise each get.
+minutes (torture/README.md). The threshold is therefore fixed, so glibc never raises it, and two arenas bound
+the per-thread arenas memd's thread pools would otherwise each get.
 
-The operator's environment wins: with MALLOC_MMAP_THRESHOLD_, MALLOC_ARENA_MAX or GLIBC_TUNABLES set, glibc has
-applied them already and nothing is changed here. Another C library (musl has no `mallopt`): nothing is done.
-Imports nothing from memd.
+Fixed where: a block from mmap is fresh pages, each faulted in and zeroed on first touch, ~3.5 us per 4 KiB page
+on this VM, so at 128 KiB (glibc's starting value) a learning added to a 1.9 MB MEMORY.md paid ~1 ms per
+megabyte string it built (the new text, its bytes, the file read back for the guard): `cold.learn` took 12.2 ms
+there, 4.9 ms with blocks up to 4 MiB taken from the heap (docs/benchmarks.md, figure 10b). So blocks under
+MMAP_THRESHOLD come from the arenas and are reused, and the heap's top is given back to the kernel only past
+TRIM_THRESHOLD (a fixed mmap threshold otherwise leaves trimming at 128 KiB, and a big block freed at the top
+would be given back and faulted in again at the next one). Blocks of 4 MiB and more (a big day file's bytes)
+still come from mmap and go back to the kernel when freed.
+
+The operator's environment wins: with MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_ARENA_MAX or
+GLIBC_TUNABLES set, glibc has applied them already and nothing is changed here. Another C library (musl has no
+`mallopt`): nothing is done. Imports nothing from memd.
 """
 
 from __future__ import annotations
@@ -22,11 +31,13 @@ from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
-MMAP_THRESHOLD = 128 * 1024
+MMAP_THRESHOLD = 4 << 20
+TRIM_THRESHOLD = 32 << 20
 ARENA_MAX = 2
-_M_MMAP_THRESHOLD = -3  # glibc <malloc.h>
+_M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
+_M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-OWN_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES")
+OWN_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES")
 
 
 def _glibc_mallopt() -> Callable[[int, int], int] | None:
@@ -52,8 +63,20 @@ def tune(env: Mapping[str, str], mallopt: Callable[[int, int], int] | None = Non
     mallopt = mallopt or _glibc_mallopt()
     if mallopt is None:
         return {"applied": False, "reason": "not glibc"}
-    applied = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_ARENA_MAX, ARENA_MAX) == 1
+    applied = all(
+        mallopt(option, value) == 1
+        for option, value in (
+            (_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+            (_M_ARENA_MAX, ARENA_MAX),
+        )
+    )
     if not applied:
         log.warning("glibc refused the malloc settings (mallopt); memory may grow with fragmentation")
         return {"applied": False, "reason": "mallopt refused"}
-    return {"applied": True, "mmap_threshold": MMAP_THRESHOLD, "arena_max": ARENA_MAX}
+    return {
+        "applied": True,
+        "mmap_threshold": MMAP_THRESHOLD,
+        "trim_threshold": TRIM_THRESHOLD,
+        "arena_max": ARENA_MAX,
+    }
