@@ -82,6 +82,8 @@ class Context:
         self.procs = Procs()
         self.parts: dict[str, set[str]] = {}  # scenario -> the parts asked for with --only scenario:part
         self.long = False  # --long: the hour-long variants (soak), never in CI
+        self.soak_mix = ""  # --soak-mix: the soak's write mix instead of its own (soak.MIX)
+        self.soak_snapshots = True  # --soak-no-snapshots: False
         self.home = tmp / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self._serial = 0

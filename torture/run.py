@@ -68,6 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--long", action="store_true", help="the long variants: soak runs an hour (x --scale) with steadiness checks"
     )
+    ap.add_argument(
+        "--soak-mix",
+        default="",
+        help="the soak's write mix instead of its own (writer.py --mix, e.g. w=3,h=2,d=1: no learnings), to find "
+        "which requests a drift comes from",
+    )
+    ap.add_argument(
+        "--soak-no-snapshots",
+        action="store_true",
+        help="the soak with [snapshot] enabled = false (compressed notes and decisions are then looked for in the "
+        "warm log, where a checkpoint flushes them: no history holds the older checkpoint records)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     parts: dict[str, set[str]] = {}
@@ -92,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args.seed, args.ci, args.scale, tmp, args.verbose)
     ctx.parts = parts
     ctx.long = args.long and not args.ci
+    ctx.soak_mix = args.soak_mix
+    ctx.soak_snapshots = not args.soak_no_snapshots
     mode = "ci" if args.ci else "full"
     print(f"memd torture: seed {args.seed}, {mode} sizes x{args.scale:g}, scenarios {', '.join(names)}", flush=True)
     reports: list[Report] = []
