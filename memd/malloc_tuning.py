@@ -1,5 +1,5 @@
-"""Keeping a long-running daemon's memory flat without paying for it in page faults: glibc malloc settings
-applied once at start (Linux with glibc).
+"""Keeping a long-running daemon's memory in bounds without paying for it in page faults: glibc malloc settings
+applied once at start (Linux with glibc). A trade-off, measured both ways.
 
 glibc raises its mmap threshold each time a block it allocated with mmap is freed (up to 32 MiB); from then on,
 blocks that size come from the heap arenas instead and fragment them. memd builds and drops megabyte strings all
@@ -10,12 +10,15 @@ the per-thread arenas memd's thread pools would otherwise each get.
 
 Fixed where: a block from mmap is fresh pages, each faulted in and zeroed on first touch, ~3.5 us per 4 KiB page
 on this VM, so at 128 KiB (glibc's starting value) a learning added to a 1.9 MB MEMORY.md paid ~1 ms per
-megabyte string it built (the new text, its bytes, the file read back for the guard): `cold.learn` took 12.2 ms
-there, 4.9 ms with blocks up to 4 MiB taken from the heap (docs/benchmarks.md, figure 10b). So blocks under
-MMAP_THRESHOLD come from the arenas and are reused, and the heap's top is given back to the kernel only past
-TRIM_THRESHOLD (a fixed mmap threshold otherwise leaves trimming at 128 KiB, and a big block freed at the top
-would be given back and faulted in again at the next one). Blocks of 4 MiB and more (a big day file's bytes)
-still come from mmap and go back to the kernel when freed.
+megabyte string it built (the new text, its bytes, the file read back for the guard): `cold.learn` took 12.2 /
+10.8 ms there (two runs), 6.82 / 5.44 ms with blocks under 4 MiB taken from the heap (glibc's own dynamic
+threshold: 5.24 ms; docs/benchmarks.md, figure 10b). So blocks under MMAP_THRESHOLD come from the arenas and
+are reused, and the heap's top is given back to the kernel only past TRIM_THRESHOLD (a fixed mmap threshold
+otherwise leaves trimming at 128 KiB, and a big block freed at the top would be given back and faulted in
+again at the next one: 8.4 ms). Blocks of 4 MiB and more (a big day file's bytes) come from mmap and go back
+to the kernel when freed, unless the heap has that much free already. The price: megabyte strings now share
+the arenas, and the 6-minute soak's RSS slope is +139 MB/hour against +88-98 with 128 KiB (+182-218 with
+glibc's defaults).
 
 The operator's environment wins: with MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_ARENA_MAX or
 GLIBC_TUNABLES set, glibc has applied them already and nothing is changed here. Another C library (musl has no
@@ -63,17 +66,15 @@ def tune(env: Mapping[str, str], mallopt: Callable[[int, int], int] | None = Non
     mallopt = mallopt or _glibc_mallopt()
     if mallopt is None:
         return {"applied": False, "reason": "not glibc"}
-    applied = all(
-        mallopt(option, value) == 1
-        for option, value in (
-            (_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-            (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
-            (_M_ARENA_MAX, ARENA_MAX),
-        )
+    settings = (
+        ("M_MMAP_THRESHOLD", _M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        ("M_TRIM_THRESHOLD", _M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        ("M_ARENA_MAX", _M_ARENA_MAX, ARENA_MAX),
     )
-    if not applied:
-        log.warning("glibc refused the malloc settings (mallopt); memory may grow with fragmentation")
-        return {"applied": False, "reason": "mallopt refused"}
+    refused = [name for name, option, value in settings if mallopt(option, value) != 1]
+    if refused:  # each one taken stays taken: say exactly which were not
+        log.warning("glibc refused %s (mallopt); memory use and page faults may differ", ", ".join(refused))
+        return {"applied": False, "reason": f"mallopt refused {', '.join(refused)}"}
     return {
         "applied": True,
         "mmap_threshold": MMAP_THRESHOLD,

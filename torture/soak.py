@@ -17,8 +17,11 @@ distribution of all requests is printed (p50/p90/p99/max).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from torture import verify
 from torture.lib import Context, Daemon, Report, Writers, base_config, git_dir_of, ms, percentiles
@@ -31,6 +34,7 @@ MIX = "w=3,h=2,c=1,d=1"  # writes; reads come on top with weight 3
 RATE_TOLERANCE = 0.05  # --long: each minute's answered rate within 5% of RATE
 P99_DRIFT = 1.5  # --long: p99 of the last tenth <= 1.5x the first tenth's (+ 2 ms)
 RSS_SLOPE_MB_PER_HOUR = 10.0  # --long: RSS slope over the last half of the run
+RECORDS_POLL_SECONDS = 0.1  # --soak-no-snapshots: how often hot/memd.json's checkpoint records are read
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -44,6 +48,23 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
     if not var:
         return 0.0
     return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+def _collect_records(
+    workspaces: Path, names: list[str], into: dict[str, dict[str, dict[str, Any]]], stop: threading.Event
+) -> None:
+    """Keep every checkpoint record hot/memd.json holds while the soak runs (it keeps the newest RECORDS_KEPT;
+    with snapshots off, no history has the others): a compressed decision is accounted for only by a record
+    naming it. A record missed between two looks makes the check report a loss, never hide one."""
+    while not stop.wait(RECORDS_POLL_SECONDS):
+        for name in names:
+            try:
+                doc = json.loads((workspaces / name / "hot" / "memd.json").read_bytes())
+            except (OSError, ValueError):
+                continue  # not written yet, or caught between two writes' renames: the next look has it
+            for record in doc.get("checkpoints") or [] if isinstance(doc, dict) else []:
+                if isinstance(record, dict):
+                    into[name].setdefault(str(record.get("id")), record)
 
 
 def steadiness(report: Report, timeline: list[tuple[float, float, str]], t0: float, duration: float) -> None:
@@ -98,6 +119,7 @@ def run(ctx: Context) -> Report:
     d = Daemon(ctx, root / "d", config)
     groups = []
     samples: list[tuple[float, int, int]] = []
+    seen_records: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
     try:
         d.start()
         rss_idle, fds_idle = d.rss_kb(), d.fd_count()
@@ -118,6 +140,10 @@ def run(ctx: Context) -> Report:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        watcher = None
+        if not ctx.soak_snapshots:  # no history keeps the records hot lets go: they are read as they come
+            watcher = threading.Thread(target=_collect_records, args=(root / "ws", names, seen_records, stop))
+            watcher.start()
         time.sleep(warmup)
         rss_start, fds_start = d.rss_kb(), d.fd_count()
         for g in groups:
@@ -126,6 +152,8 @@ def run(ctx: Context) -> Report:
         elapsed = time.monotonic() - t0
         stop.set()
         sampler.join(5)
+        if watcher is not None:
+            watcher.join(5)
         code = d.stop()
         report.check(code == 0, f"SIGTERM after the soak: exit status {code}\n{d.log_tail(10)}")
     finally:
@@ -143,6 +171,7 @@ def run(ctx: Context) -> Report:
         ledger = verify.Ledger().load(g.out)
         state = verify.inspect(root / "ws" / name)
         records = verify.records_in_history(git_dir_of(root / "ws" / name, root / "state", name))
+        records += list(seen_records[name].values())
         acc = verify.account(state, ledger, compressed_ok=True, records=records, flushed_ok=not ctx.soak_snapshots)
         acked += len(ledger.acked)
         lost += len(acc.lost)

@@ -229,10 +229,11 @@ def account(
     """Count every label in the files against the ledger (see the module docstring). With `compressed_ok`, a hot
     note or decision may instead have been compressed by a checkpoint whose record names its id: a record in
     hot (hot/memd.json), or one of `records` (memd keeps only the newest records in hot; older ones are in git).
-    With `flushed_ok` too (snapshots off: no history holds the older records), the warm log is where a compressed
-    one must be instead (contract 3: a checkpoint first flushes what it compresses there): a note as the flush's
-    "note from hot" entry holding its text, a decision as its own warm entry (decision.record logged it; the flush
-    does not log it twice), which is checked as its warm place anyway."""
+    With `flushed_ok` too (snapshots off: no history holds the older records), a compressed note may instead be
+    found as the one "note from hot" entry holding its text that a checkpoint's flush appends to the warm log
+    (contract 3), and one flushed twice is a duplicate. A decision still needs a record naming it: the flush does
+    not log a decision the warm log holds already (decision.record logged it), so its warm entry says nothing
+    about whether a checkpoint or a bug took it out of hot."""
     out = Accounting()
     warm = Counter(e.action for e in state.entries)
     flushed_notes = Counter(dict(e.details).get("text") for e in state.entries if e.action == warm_format.FLUSHED_NOTE)
@@ -269,26 +270,19 @@ def account(
             places += [("warm", warm[f"decision: {label}"], False), ("hot decisions", decisions[label], True)]
         acked = label in ledger.acked
         out.checked += int(acked)
-        if kind == "h" and flushed_notes[label] > 1:
+        if flushed_ok and kind == "h" and flushed_notes[label] > 1:
             out.duplicated.append(f"{label} x{flushed_notes[label]} flushed to warm")
         for where, count, may_compress in places:
             if count > 1:
                 out.duplicated.append(f"{label} x{count} in {where}")
             elif count == 0 and acked:
                 named = ledger.acked[label] in compressed
-                flushed = flushed_ok and _flushed(kind, label, warm, flushed_notes)
+                flushed = flushed_ok and kind == "h" and flushed_notes[label] == 1
                 if compressed_ok and may_compress and (named or flushed):
                     out.compressed += 1
                 else:
                     out.lost.append(f"{label} missing from {where}")
     return out
-
-
-def _flushed(kind: str, label: str, warm: Counter[str], flushed_notes: Counter[str | None]) -> bool:
-    """Is a hot note or decision missing from hot in the warm log, where a checkpoint's flush leaves it?"""
-    if kind == "h":
-        return flushed_notes[label] == 1
-    return warm[f"decision: {label}"] == 1
 
 
 HOT_PATHS = ("hot/memd.json", "hot/context.json")

@@ -45,8 +45,22 @@ def test_the_operators_environment_wins(name: str) -> None:
 def test_a_refused_setting_is_reported_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     status = malloc_tuning.tune({}, Mallopt(answer=0))
 
-    assert status == {"applied": False, "reason": "mallopt refused"}
+    assert status == {"applied": False, "reason": "mallopt refused M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_ARENA_MAX"}
     assert "refused" in caplog.text
+
+
+def test_the_settings_glibc_took_are_kept_and_the_refused_one_is_named() -> None:
+    class RefusesTrim(Mallopt):
+        def __call__(self, option: int, value: int) -> int:
+            super().__call__(option, value)
+            return 0 if option == -1 else 1
+
+    mallopt = RefusesTrim()
+
+    status = malloc_tuning.tune({}, mallopt)
+
+    assert [option for option, _ in mallopt.calls] == [-3, -1, -8]  # every setting was still tried
+    assert status == {"applied": False, "reason": "mallopt refused M_TRIM_THRESHOLD"}
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
