@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,32 +83,38 @@ async def searched(services: Services, uid: int = MEMD_UID, **params: Any) -> di
     return result
 
 
-def test_a_write_is_found_by_the_next_search_without_waiting_for_the_indexer(
-    tmp_path: Path, make_workspace: Callable[..., Workspace]
+def with_search(
+    tmp_path: Path, make_workspace: Callable[..., Workspace], body: Callable[[Workspace, Services], Awaitable[None]]
 ) -> None:
+    """Run `body` against workspace "alpha" served with search (SLOW: no background pass gets in between)."""
     ws = make_workspace("alpha")
     services = serve(tmp_path, SLOW, ws)
 
     async def go() -> None:
         await services.search.start([ws])
-        await ws.write(log("Rotated the signing keys", "all services restarted"))
-        assert services.search.status()["pending"] == ["alpha"], "the listener only marked it"
-        hits = (await searched(services, workspace="alpha", query="rotating keys"))["hits"]
-        assert [h["heading"] for h in hits] == ["Rotated the signing keys"]
-        assert services.search.status()["pending"] == []
+        await body(ws, services)
         await services.search.close()
 
     asyncio.run(go())
 
 
+def test_a_write_is_found_by_the_next_search_without_waiting_for_the_indexer(
+    tmp_path: Path, make_workspace: Callable[..., Workspace]
+) -> None:
+    async def body(ws: Workspace, services: Services) -> None:
+        await ws.write(log("Rotated the signing keys", "all services restarted"))
+        assert services.search.status()["pending"] == ["alpha"], "the listener only marked it"
+        hits = (await searched(services, workspace="alpha", query="rotating keys"))["hits"]
+        assert [h["heading"] for h in hits] == ["Rotated the signing keys"]
+        assert services.search.status()["pending"] == []
+
+    with_search(tmp_path, make_workspace, body)
+
+
 def test_paging_returns_each_page_with_its_snippets_and_says_when_there_is_more(
     tmp_path: Path, make_workspace: Callable[..., Workspace]
 ) -> None:
-    ws = make_workspace("alpha")
-    services = serve(tmp_path, SLOW, ws)
-
-    async def go() -> None:
-        await services.search.start([ws])
+    async def body(ws: Workspace, services: Services) -> None:
         for i in range(5):
             await ws.write(log(f"Rotated key {i}", f"signing key {i} rotated"))
         whole = await searched(services, workspace="alpha", query="rotated")
@@ -117,9 +123,8 @@ def test_paging_returns_each_page_with_its_snippets_and_says_when_there_is_more(
         assert [p["more"] for p in pages] == [True, True, False]
         assert [h for p in pages for h in p["hits"]] == whole["hits"]
         assert all("\u00abRotated\u00bb" in h["snippet"] for h in whole["hits"])
-        await services.search.close()
 
-    asyncio.run(go())
+    with_search(tmp_path, make_workspace, body)
 
 
 def test_the_background_pass_indexes_marked_workspaces_after_the_delay(
