@@ -9,7 +9,13 @@ memd replaces whole (hot, cold, archives: a later write puts a new file in place
 was) or never writes, a copy of each warm day file memd may append to while git runs (the workspace's yesterday,
 today and tomorrow: a day's file is appended to in place). Symbolic links are made again as links, never
 followed; directories are walked without following links. Then staging and the commit read the mirror with
-`GIT_WORK_TREE` pointing at it (`GitRepo.over`), outside the writer, and `remove` deletes it.
+`GIT_WORK_TREE` pointing at it (`GitRepo.over`), outside the writer, and `clear` deletes its files.
+
+The mirror's directories are kept from one snapshot to the next (`clear` deletes everything but them; git records
+no empty directory, so one the workspace no longer has commits nothing): making and deleting them at every
+snapshot was 8 of the ~30 inodes a workspace's first sweep took and gave back, and on ext4 without a journal
+(this project's machines) each new inode is found by stepping over every inode freed in the last 30 seconds
+(the kernel's `recently_deleted`), so a sweep of hundreds of workspaces slowed down as it went.
 
 A live day file over PREFIX_COPY_BYTES is not copied under the writer either (copying today's 30 MB took the
 writer for ~20 ms at every snapshot: the hour soak's p99 grew with its day): `build` records its size and its
@@ -71,8 +77,8 @@ def build(repo: GitRepo, live_days: Container[str]) -> Mirror | None:
     tree = repo.git_dir / MIRROR_DIR
     if os.stat(repo.git_dir).st_dev != os.stat(repo.work_tree).st_dev:
         return None
-    remove(tree)
-    os.mkdir(tree, 0o700)
+    clear(tree)  # what a snapshot that did not finish left, too
+    _mkdir(tree)
     mirror = Mirror(tree)
     for name in ROOT_FILES:
         _place(repo.work_tree / name, tree / name, copy=False)
@@ -105,6 +111,7 @@ def _copy_prefix(prefix: Prefix) -> None:
         )
         if not unchanged:  # saved over or rewritten since: the whole file as it is now, never a torn prefix
             size = st.st_size
+        _vacate(prefix.target)
         with open(prefix.target, "wb") as out:
             offset = 0
             while offset < size:
@@ -119,9 +126,46 @@ def _copy_prefix(prefix: Prefix) -> None:
 
 
 def remove(tree: Path) -> None:
-    """Delete a mirror (one left by a snapshot that did not finish included)."""
+    """Delete a mirror, directories and all (one that could not be made: a full disk)."""
     if os.path.lexists(tree):
         shutil.rmtree(tree)
+
+
+def clear(tree: Path) -> None:
+    """Delete every file and link of a mirror, keeping its directories for the next one (see the module
+    docstring); a mirror's place taken by something that is not a directory is deleted."""
+    try:
+        st = os.lstat(tree)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(tree)
+        return
+    with os.scandir(tree) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                clear(Path(entry.path))
+            else:
+                os.unlink(entry.path)
+
+
+def _mkdir(target: Path) -> None:
+    """`target` as a directory: made, or kept from the last mirror."""
+    try:
+        os.mkdir(target, 0o700)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(target).st_mode):  # `clear` leaves nothing else, but a mirror is never trusted
+            os.unlink(target)
+            os.mkdir(target, 0o700)
+
+
+def _vacate(target: Path) -> None:
+    """Nothing at `target`: a directory kept from the last mirror where the workspace now has a file goes."""
+    if os.path.lexists(target):
+        if stat.S_ISDIR(os.lstat(target).st_mode):
+            shutil.rmtree(target)
+        else:
+            os.unlink(target)
 
 
 def _mirror(source: Path, target: Path, copied: Container[str], later: list[Prefix]) -> None:
@@ -132,7 +176,7 @@ def _mirror(source: Path, target: Path, copied: Container[str], later: list[Pref
     if not stat.S_ISDIR(st.st_mode):
         _place(source, target, copy=False)
         return
-    os.mkdir(target, 0o700)
+    _mkdir(target)
     try:
         entries = list(os.scandir(source))
     except (FileNotFoundError, NotADirectoryError):  # gone while it was looked at
@@ -171,18 +215,26 @@ def _place(source: Path, target: Path, copy: bool) -> None:
     link made again as one; anything else (a FIFO, a socket) left out, as git leaves it out. A source that
     vanished is skipped: the snapshot holds what the workspace holds."""
     try:
-        st = os.lstat(source)
-        if stat.S_ISLNK(st.st_mode):
-            os.symlink(os.readlink(source), target)
-        elif stat.S_ISREG(st.st_mode):
-            if not copy:
-                try:
-                    os.link(source, target, follow_symlinks=False)
-                    return
-                except OSError as exc:  # protected_hardlinks (someone else's file), too many links
-                    if exc.errno not in (errno.EPERM, errno.EACCES, errno.EMLINK):
-                        raise
-            shutil.copyfile(source, target, follow_symlinks=False)
-            os.chmod(target, stat.S_IMODE(st.st_mode))
+        try:
+            _place_once(source, target, copy)
+        except (FileExistsError, IsADirectoryError):  # a directory kept from the last mirror: a file there now
+            _vacate(target)
+            _place_once(source, target, copy)
     except FileNotFoundError:
         return
+
+
+def _place_once(source: Path, target: Path, copy: bool) -> None:
+    st = os.lstat(source)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(source), target)
+    elif stat.S_ISREG(st.st_mode):
+        if not copy:
+            try:
+                os.link(source, target, follow_symlinks=False)
+                return
+            except OSError as exc:  # protected_hardlinks (someone else's file), too many links
+                if exc.errno not in (errno.EPERM, errno.EACCES, errno.EMLINK):
+                    raise
+        shutil.copyfile(source, target, follow_symlinks=False)
+        os.chmod(target, stat.S_IMODE(st.st_mode))

@@ -1,12 +1,13 @@
 """What a snapshot commits: staging a workspace's snapshot paths in its repository (`stage`). Blocking: run it in
 a worker thread.
 
-Two passes: (1) everything under the snapshot paths, the normal way (ignore rules respected, so editors'
-temporaries stay out; a file that vanishes while git looks at it is retried, never a failed snapshot), then (2)
-the tier files proper, listed here from what exists (no symlink followed) and added with `--force`, so neither
-the user's global excludes (`core.excludesFile`) nor a `.gitignore` in the workspace keeps one out of git. memd's
-own files (its `.memd-tmp-` temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on
-every `add`. Imports memd.gitrepo and memd.fsio.
+One `git add` in the usual case: everything under the snapshot paths, the normal way (ignore rules respected,
+so editors' temporaries stay out; a file that vanishes while git looks at it is retried, never a failed
+snapshot), with the tier files proper named one by one. Only when git says an ignore rule held a named path back
+(the user's global excludes, `core.excludesFile`, or a `.gitignore` in the workspace) does a second add stage the
+tier files with `--force`: no ignore rule decides what memd keeps. memd's own files (its `.memd-tmp-`
+temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on
+every `add`. Imports memd.gitrepo, memd.git_objects and memd.fsio.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from memd import fsio
+from memd import fsio, git_objects
 from memd.gitrepo import (
     ARCHIVE_DIR,
     DAY_FILE,
@@ -36,20 +37,29 @@ def stage(repo: GitRepo, lock_wait: float = GIT_TIMEOUT, hold: Sequence[str] = (
     """Stage the snapshot paths but the files in `hold` (their index entries stay as they are). Returns the
     files that differ from HEAD (deletions included); [] if none.
 
-    Two passes. (1) `git add --all --ignore-errors` of the snapshot paths, respecting ignore rules (editors'
-    temporaries stay out), recording changes and deletions; a file deleted while git looks at it (an editor's
-    temporary, typically) makes git stop or skip it: that add is run again, and if files keep vanishing this
-    pass is left to the next snapshot. Any other error fails. (2) The tier files that exist, listed here
-    without following a symlink, added with `--force`: no ignore rule decides what memd keeps, and this pass
-    must succeed. memd's own files are excluded by pathspec in both."""
+    One pass, and a second only when the first could not stage everything. (1) `git add --all --ignore-errors`
+    of the snapshot paths and, named one by one, the tier files that exist (listed here without following a
+    symlink), respecting ignore rules (editors' temporaries stay out), recording changes and deletions; a file
+    deleted while git looks at it (an editor's temporary, typically) makes git stop or skip it: that add is run
+    again, and if files keep vanishing this pass is left to the next snapshot. Any other error fails. (2) Only
+    when git reported a named path as ignored, or pass 1 was left: the tier files added with `--force`, so that
+    no ignore rule decides what memd keeps; this pass must succeed. Naming the tier files in pass 1 is what makes
+    git report an ignore rule that holds one back; without such a rule (most workspaces) a snapshot stages with
+    one process. memd's own files are excluded by pathspec in both."""
     repo.check_safe()
     repo.wait_for_index_lock(lock_wait)
     present = _present(repo)
     if not present:
         return []
     held = tuple(f":(exclude,literal){path}" for path in hold)
-    _add(repo, lambda: _present(repo), ("--all", "--ignore-errors"), must_succeed=False, excluded=held)
-    _add(repo, lambda: _tier_files(repo), ("--force",), must_succeed=True, excluded=held)
+    index_was_empty = not (repo.git_dir / "index").exists()  # a new repository: what gets staged is all it holds
+
+    def everything() -> list[str]:
+        paths = _present(repo)
+        return [*paths, *_tier_files(repo, hold)] if paths else []
+
+    if not _add(repo, everything, ("--all", "--ignore-errors"), must_succeed=False, excluded=held):
+        _add(repo, lambda: _tier_files(repo, hold), ("--force",), must_succeed=True, excluded=held)
     excluded = (*OWN_FILES_PATHSPECS, *held)
     diff = ("diff", "--cached", "--name-only", "--no-renames", "-z", "HEAD", "--", *present, *excluded)
     listing: bytes | None = None
@@ -64,8 +74,23 @@ def stage(repo: GitRepo, lock_wait: float = GIT_TIMEOUT, hold: Sequence[str] = (
         repo.has_commits = True
         listing = repo.run(*diff)
     if listing is None:  # no commit yet: everything staged is new
+        if index_was_empty and (staged := _index_paths(repo)) is not None:
+            return [name for name in staged if _under(name, present)]
         listing = repo.run("ls-files", "-z", "--", *present, *excluded)
     return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
+
+
+def _index_paths(repo: GitRepo) -> list[str] | None:
+    """The index's paths read from the file (`git_objects.index_paths`), or None: ask git."""
+    try:
+        config = (repo.git_dir / "config").read_text(encoding="utf-8", errors="replace").lower()
+    except OSError:
+        return None
+    declared = _OBJECT_FORMAT.search(config)
+    form = declared["format"].strip('"') if declared else "sha1"
+    if form not in ("sha1", "sha256"):
+        return None  # an object format this does not know
+    return git_objects.index_paths(repo.git_dir, sha256=form == "sha256")
 
 
 def _present(repo: GitRepo) -> list[str]:
@@ -78,32 +103,35 @@ def _add(
     options: Sequence[str],
     must_succeed: bool,
     excluded: Sequence[str],
-) -> None:
+) -> bool:
     """`git add` of `pathspecs()` (listed again before each try), tried again while the only trouble is files
-    that vanished as git looked at them. After ADD_ATTEMPTS of those: GitError if `must_succeed`, else done."""
+    that vanished as git looked at them. True when everything named was staged; False when git reported named
+    paths as ignored (the rest is staged), or after ADD_ATTEMPTS of vanishing files (GitError instead if
+    `must_succeed`)."""
     stderr = ""
     for _ in range(ADD_ATTEMPTS):
         paths = pathspecs()
         if not paths:
-            return
+            return True
         args = ("add", *options, "--", *paths, *OWN_FILES_PATHSPECS, *excluded)
         out = repo.attempt(*args)  # in the C locale: git's messages are parsed below
         if out.returncode == 0:
-            return
+            return True
         stderr = out.stderr.decode("utf-8", "surrogateescape")
         vanished, other, ignored = _add_trouble(stderr, repo.work_tree, repo.paths)
         if other or not (vanished or ignored):
             message = "\n".join(other) or stderr.strip() or f"exit {out.returncode}"
             raise GitError(f"git add failed in {repo.git_dir}: {message}")
-        if not vanished:  # only the report of ignored snapshot paths: the rest is staged
-            return
+        if not vanished:  # only the report of ignored paths: the rest is staged
+            return False
     if must_succeed:
         raise GitError(f"git add failed in {repo.git_dir} {ADD_ATTEMPTS} times, files vanishing: {stderr.strip()}")
+    return False
 
 
-def _tier_files(repo: GitRepo) -> list[str]:
-    """The tier files that exist under the snapshot paths as regular files, reached without a symlink:
-    `:(literal)` pathspecs (an archive's name may hold a glob character)."""
+def _tier_files(repo: GitRepo, hold: Sequence[str]) -> list[str]:
+    """The tier files that exist under the snapshot paths as regular files, reached without a symlink, but those
+    in `hold`: `:(literal)` pathspecs (an archive's name may hold a glob character)."""
     found = [name for name in TIER_FILES if _regular_file(repo, name)]
     for directory, match in (
         (WARM_DIR, DAY_FILE.fullmatch),
@@ -118,7 +146,7 @@ def _tier_files(repo: GitRepo) -> list[str]:
                 ]
         except OSError:  # gone, or not a directory any more: nothing of it to add
             continue
-    wanted = [name for name in found if _under(name, repo.paths)]
+    wanted = [name for name in found if _under(name, repo.paths) and name not in hold]
     return [f":(literal){name}" for name in sorted(wanted)]
 
 
@@ -144,6 +172,7 @@ def _tracked(repo: GitRepo, path: str) -> bool:
     return bool(repo.run("ls-files", "--", path, check=False).strip())
 
 
+_OBJECT_FORMAT = re.compile(r"^\s*objectformat\s*=\s*(?P<format>\S+)", re.MULTILINE)  # in [extensions]
 # `git add` messages, in the C locale: a file deleted between git's directory scan and its lstat/open/readlink.
 _GONE = re.compile(r"""(?:error|fatal): [^'"]*(['"])(?P<path>.*)\1\)?: (?:No such file or directory|Not a directory)""")
 _UNINDEXED = re.compile(r"error: unable to index file '(?P<path>.*)'")

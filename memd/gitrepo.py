@@ -20,7 +20,7 @@ Every call: a timeout, `GIT_TERMINAL_PROMPT=0`, an explicit identity, hooks disa
 
 The locks git leaves (waiting for a live git's `index.lock`, removing the ones a killed git left): memd.git_locks.
 Reading the history back (log, a file at a commit, diffs): memd.git_history.
-Imports memd.errors, memd.fsio and memd.git_locks.
+Imports memd.errors, memd.fsio, memd.git_locks and memd.git_objects.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ import re
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from memd import fsio, git_locks
+from memd import fsio, git_locks, git_objects
 from memd.errors import MemdError, Unavailable
 
 GIT_TIMEOUT = 30.0
@@ -110,13 +111,25 @@ def find_git() -> str:
     return git
 
 
+# A workspace's parent's answer, kept this long: workspaces usually share a parent (one directory of agents), and a
+# first sweep locates hundreds of repositories, each asking about the same parent; a `git init` there is seen
+# after this long.
+PARENT_ANSWER_SECONDS = 10.0
+_parent_answers: dict[str, tuple[float, bool]] = {}
+
+
 def inside_other_work_tree(path: Path, git: str) -> bool:
     """True when `path`'s parent belongs to a git work tree (someone's project repository)."""
-    if not any(os.path.lexists(directory / ".git") for directory in path.absolute().parents):
+    parent = path.absolute().parent
+    if not any(os.path.lexists(directory / ".git") for directory in (parent, *parent.parents)):
         return False  # git finds a work tree only through a `.git` above it: no process to ask (most workspaces)
+    now = time.monotonic()
+    known = _parent_answers.get(str(parent))
+    if known is not None and now - known[0] < PARENT_ANSWER_SECONDS:
+        return known[1]
     try:
         out = subprocess.run(
-            [git, "-C", str(path.parent), "rev-parse", "--is-inside-work-tree"],
+            [git, "-C", str(parent), "rev-parse", "--is-inside-work-tree"],
             capture_output=True,
             timeout=GIT_TIMEOUT,
             env={**_base_env(), "GIT_CEILING_DIRECTORIES": ""},
@@ -124,7 +137,11 @@ def inside_other_work_tree(path: Path, git: str) -> bool:
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return out.returncode == 0 and out.stdout.strip() == b"true"
+    inside = out.returncode == 0 and out.stdout.strip() == b"true"
+    if len(_parent_answers) > 256:
+        _parent_answers.clear()  # bounded: a few parents in practice
+    _parent_answers[str(parent)] = (now, inside)
+    return inside
 
 
 def _base_env() -> dict[str, str]:
@@ -408,8 +425,12 @@ class GitRepo:
 
     def committed_files(self, directory: str, commit: str = "") -> tuple[str, dict[str, str]]:
         """`commit` (default HEAD) and the blob id of each regular file directly in `directory` in it (name -> id),
-        in one `ls-tree`: what retention checks each day file against before it deletes it."""
+        what retention checks each day file against before it deletes it. Read from the loose objects where they
+        all are (a commit memd has just made), else in one `ls-tree`."""
         head = commit or self.head()
+        loose = git_objects.directory_blobs(self.git_dir, head, directory)
+        if loose is not None:
+            return head, loose
         out = self.run("ls-tree", "-z", "--full-tree", head, "--", f"{directory}/")
         blobs: dict[str, str] = {}
         for record in out.split(b"\0"):

@@ -3,7 +3,8 @@
 What must hold: the mirror holds exactly what the workspace held when it was made (hard links for files memd
 replaces whole, copies of the day files memd appends to, symbolic links as links, never followed), so a commit
 staged from it is the state under the writer even while writes go on; an unchanged file is not hashed again at the
-next snapshot; a mirror left by an interrupted snapshot goes; none is made where hard links cannot reach.
+next snapshot; a mirror left by an interrupted snapshot goes; none is made where hard links cannot reach. Its
+directories stay from one snapshot to the next and change nothing that is committed.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def commit_from_mirror(repo: GitRepo, tree: Path) -> str:
     paths = stage(view)
     assert paths
     rev = view.commit(paths, "memd: writes", "", {"Memd-Reason": "writes"})
-    git_mirror.remove(tree)
+    git_mirror.clear(tree)
     return rev
 
 
@@ -93,7 +94,7 @@ def test_a_commit_from_the_mirror_is_the_state_it_was_made_of_while_writes_go_on
     assert "second" not in show(repo, f"warm/{TODAY}")
     assert "first" in show(repo, f"warm/{TODAY}")
     assert show(repo, "hot/context.json") == '{"task": "t"}\n'
-    assert not tree.exists()
+    assert files_in(tree) == []
 
 
 def test_symbolic_links_are_mirrored_as_links_and_never_followed(repo: GitRepo, tmp_path: Path) -> None:
@@ -141,6 +142,46 @@ def test_a_mirror_left_by_an_interrupted_snapshot_is_replaced(repo: GitRepo) -> 
     assert tree is not None
     assert not (tree / "hot" / "leftover.json").exists()
     assert (tree / "hot" / "context.json").exists()
+
+
+def files_in(tree: Path) -> list[str]:
+    return sorted(str(p.relative_to(tree)) for p in tree.rglob("*") if not p.is_dir() or p.is_symlink())
+
+
+def test_between_snapshots_the_mirror_keeps_its_directories_and_nothing_else(repo: GitRepo) -> None:
+    tree = mirrored(repo)
+    assert tree is not None
+    commit_from_mirror(repo, tree)
+
+    assert files_in(tree) == []
+    assert sorted(p.name for p in tree.iterdir()) == ["cold", "hot", "warm"]
+    assert (repo.root / "hot" / "context.json").stat().st_nlink == 1  # no link to a workspace file is left
+
+
+def test_a_kept_directory_where_the_workspace_now_has_a_file_gives_way_to_the_file(repo: GitRepo) -> None:
+    (repo.root / "hot" / "notes").mkdir()
+    (repo.root / "hot" / "notes" / "a.md").write_text("a\n")
+    commit_from_mirror(repo, mirrored(repo) or Path("/nonexistent"))
+    shutil.rmtree(repo.root / "hot" / "notes")
+    (repo.root / "hot" / "notes").write_text("a file now\n")
+
+    commit_from_mirror(repo, mirrored(repo) or Path("/nonexistent"))
+
+    assert show(repo, "hot/notes") == "a file now\n"
+    assert "hot/notes/a.md" not in person_git(repo.root, f"--git-dir={repo.git_dir}", "ls-tree", "-r", "HEAD")
+
+
+def test_a_directory_the_workspace_no_longer_has_is_committed_as_gone(repo: GitRepo) -> None:
+    archive = repo.root / "warm" / "archive"
+    archive.mkdir()
+    (archive / "2026-10.md.gz").write_bytes(b"not really gzip")
+    commit_from_mirror(repo, mirrored(repo) or Path("/nonexistent"))
+    shutil.rmtree(archive)
+
+    commit_from_mirror(repo, mirrored(repo) or Path("/nonexistent"))
+
+    tree = person_git(repo.root, f"--git-dir={repo.git_dir}", "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert "warm/archive/2026-10.md.gz" not in tree and f"warm/{TODAY}" in tree
 
 
 def test_no_mirror_where_the_repository_is_on_another_file_system(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from harness import person_env
 
-from memd import git_history, git_locks, gitsync, retention
+from memd import git_history, git_locks, gitrepo, gitsync, retention
 from memd.errors import NotFound
 from memd.git_staging import stage
 from memd.gitrepo import GitError, GitRepo, RepoUnsafe, find_git
@@ -101,6 +101,42 @@ def test_a_workspace_inside_another_work_tree_gets_a_separate_git_dir(tmp_path: 
     snapshot(r)
     assert not (ws / ".git").exists()
     assert person_git(outer, "status", "--porcelain") == "?? agent-memory/\n"
+
+
+def test_workspaces_side_by_side_in_a_project_ask_git_about_their_parent_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outer = tmp_path / "project"
+    user_repo(outer)
+    asked: list[list[str]] = []
+    real_run = subprocess.run
+
+    def counting_run(cmd: list[str], *args: Any, **kwargs: Any) -> Any:
+        if "rev-parse" in cmd:
+            asked.append(cmd)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(gitrepo.subprocess, "run", counting_run)
+    repos = [locate(make_workspace(outer / f"agent-{i}"), tmp_path / f"state-{i}") for i in range(5)]
+
+    assert all(r.git_dir == tmp_path / f"state-{i}" / "git" / "ws.git" for i, r in enumerate(repos))
+    assert len(asked) == 1
+
+
+def test_a_parent_that_became_a_work_tree_is_seen_once_its_answer_is_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = tmp_path / "agents"
+    make_workspace(parent / "first")
+    (tmp_path / ".git").mkdir()  # a `.git` above, but not a repository: git is asked, and says no
+    assert locate(parent / "first", tmp_path / "state-1").git_dir == parent / "first" / ".git"
+    user_repo(parent)  # a person makes the parent a project
+
+    clock = time.monotonic() + gitrepo.PARENT_ANSWER_SECONDS + 1
+    monkeypatch.setattr(gitrepo.time, "monotonic", lambda: clock)
+    second = locate(make_workspace(parent / "second"), tmp_path / "state-2")
+
+    assert second.git_dir == tmp_path / "state-2" / "git" / "ws.git"
 
 
 def test_an_existing_dot_git_memd_did_not_create_is_left_alone(tmp_path: Path) -> None:
@@ -871,3 +907,147 @@ def test_a_commit_starts_no_other_git_process(repo: GitRepo, tmp_path: Path, mon
     traced = trace.read_text()
     assert "git commit" in traced  # the trace saw the commit
     assert "maintenance" not in traced
+
+
+def _traced_gits(repo: GitRepo, trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with_trace = {**repo.env(), "GIT_TRACE": str(trace)}
+    monkeypatch.setattr(GitRepo, "env", lambda self: with_trace)
+
+
+def _adds(trace: Path) -> list[str]:
+    return [line for line in trace.read_text().splitlines() if "trace: built-in: git add " in line]
+
+
+def test_a_workspace_without_ignore_rules_is_staged_by_one_git_add(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temporary_home: Path
+) -> None:
+    trace = tmp_path / "git-trace"
+    _traced_gits(repo, trace, monkeypatch)
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+
+    snapshot(repo)
+
+    assert len(_adds(trace)) == 1
+    files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert sorted(files) == ["cold/MEMORY.md", "hot/context.json", "warm/2026-01-01.md"]
+
+
+def test_an_ignore_rule_that_holds_a_tier_file_back_costs_a_second_add_and_is_overruled(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temporary_home: Path
+) -> None:
+    trace = tmp_path / "git-trace"
+    _traced_gits(repo, trace, monkeypatch)
+    write(repo.work_tree / "cold" / ".gitignore", "MEMORY.md\n")
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+
+    snapshot(repo)
+
+    adds = _adds(trace)
+    assert len(adds) == 2 and "--force" in adds[1]
+    files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert {"cold/MEMORY.md", "hot/context.json"} <= set(files)
+
+
+def test_a_held_tier_file_stays_out_of_the_one_add_too(repo: GitRepo, temporary_home: Path) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+
+    assert stage(repo, hold=["hot/context.json"]) == ["cold/MEMORY.md"]
+
+
+def _ls_tree_blobs(repo: GitRepo, commit: str, directory: str) -> dict[str, str]:
+    out = person_git(repo.work_tree, "ls-tree", "--full-tree", commit, "--", f"{directory}/")
+    blobs = {}
+    for line in out.splitlines():
+        meta, name = line.split("\t")
+        mode, kind, oid = meta.split()
+        if kind == "blob" and mode in ("100644", "100755"):
+            blobs[name.rsplit("/", 1)[-1]] = oid
+    return blobs
+
+
+def test_what_a_commit_holds_is_read_from_its_loose_objects_as_git_lists_it(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
+    write(repo.work_tree / "warm" / "2026-01-02.md", "two\n")
+    write(repo.work_tree / "warm" / "archive" / "2025-12.md.gz", "not really gzip\n")
+    os.symlink("2026-01-01.md", repo.work_tree / "warm" / "2026-01-03.md")
+    head = snapshot(repo)
+    trace = tmp_path / "git-trace"
+    _traced_gits(repo, trace, monkeypatch)
+
+    loose = repo.committed_files("warm", head)
+    nested = repo.committed_files("warm/archive", head)
+    missing = repo.committed_files("hot/nothing", head)
+
+    assert not trace.exists()  # no git process
+    assert loose == (head, _ls_tree_blobs(repo, head, "warm"))
+    assert set(loose[1]) == {"2026-01-01.md", "2026-01-02.md"}
+    assert nested == (head, _ls_tree_blobs(repo, head, "warm/archive"))
+    assert missing == (head, {})
+
+
+def test_what_a_packed_commit_holds_is_asked_of_git(repo: GitRepo) -> None:
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
+    head = snapshot(repo)
+    person_git(repo.work_tree, "gc", "--quiet", "--prune=now")  # no loose object left
+    assert not any((repo.git_dir / "objects").glob("??/*"))
+
+    assert repo.committed_files("warm", head) == (head, {"2026-01-01.md": retention.blob_id(b"one\n")})
+
+
+def test_a_corrupt_loose_object_is_left_to_git_to_report(repo: GitRepo) -> None:
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
+    head = snapshot(repo)
+    commit_file = repo.git_dir / "objects" / head[:2] / head[2:]
+    os.chmod(commit_file, 0o644)
+    commit_file.write_bytes(b"not zlib")
+
+    with pytest.raises(GitError):
+        repo.committed_files("warm", head)
+
+
+def test_a_sha256_repository_is_read_from_its_loose_objects_too(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    person_git(ws, "init", "--quiet", "--object-format=sha256", "--initial-branch=main")
+    write(ws / "warm" / "2026-01-01.md", "one\n")
+    person_git(ws, "add", "warm")
+    person_git(ws, "commit", "--quiet", "-m", "day")
+    head = person_git(ws, "rev-parse", "HEAD").strip()
+    r = locate(ws, tmp_path / "state", adopt=True)
+
+    assert len(head) == 64
+    assert r.committed_files("warm", head) == (head, _ls_tree_blobs(r, head, "warm"))
+
+
+def test_the_first_snapshot_of_a_new_repository_lists_what_it_staged_from_the_index_file(
+    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = tmp_path / "git-trace"
+    _traced_gits(repo, trace, monkeypatch)
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
+    write(repo.work_tree / "notes.txt", "outside the snapshot paths\n")
+
+    assert sorted(stage(repo)) == ["hot/context.json", "warm/2026-01-01.md"]
+    assert "ls-files" not in trace.read_text()
+
+
+def test_a_first_snapshot_where_someone_staged_before_lists_only_the_snapshot_paths(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    person_git(ws, "init", "--quiet", "--initial-branch=main")
+    write(ws / "README.md", "a person's\n")
+    person_git(ws, "add", "README.md")
+    write(ws / "cold" / "MEMORY.md", "# Agent Memory\n")
+    r = locate(ws, tmp_path / "state", adopt=True)
+
+    paths = stage(r)
+    r.commit(paths, "memd: first", "", {})
+
+    assert paths == ["cold/MEMORY.md"]
+    assert person_git(ws, "ls-tree", "-r", "--name-only", "HEAD").split() == ["cold/MEMORY.md"]
+    assert person_git(ws, "diff", "--cached", "--name-only") == "README.md\n"  # still staged, not memd's

@@ -107,7 +107,9 @@ def cancel_at(
         monkeypatch.undo()
         pending = set(snapshots.repo_state(ws).dirty)
         repo = snapshots.repo_state(ws).repo
-        mirror_left = repo is not None and (repo.git_dir / git_mirror.MIRROR_DIR).exists()
+        mirror = None if repo is None else repo.git_dir / git_mirror.MIRROR_DIR
+        # Its directories stay for the next snapshot; no file (a link to a workspace file) may.
+        mirror_left = mirror is not None and any(not p.is_dir() or p.is_symlink() for p in mirror.rglob("*"))
         await snapshots.flush("shutdown")
         return Cancelled(held, done, pending, mirror_left, len(snapshots.repo_state(ws).dirty))
 
