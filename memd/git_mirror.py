@@ -14,8 +14,9 @@ followed; directories are walked without following links. Then staging and the c
 The mirror's directories are kept from one snapshot to the next (`clear` deletes everything but them; git records
 no empty directory, so one the workspace no longer has commits nothing): making and deleting them at every
 snapshot was 8 of the ~30 inodes a workspace's first sweep took and gave back, and on ext4 without a journal
-(this project's machines) each new inode is found by stepping over every inode freed in the last 30 seconds
-(the kernel's `recently_deleted`), so a sweep of hundreds of workspaces slowed down as it went.
+(this project's machines) each new inode is found by stepping over every inode freed in the last minute (5
+while its inode-table block is dirty: the kernel's `recently_deleted`), so a sweep of hundreds of workspaces
+slowed down as it went.
 
 A live day file over PREFIX_COPY_BYTES is not copied under the writer either (copying today's 30 MB took the
 writer for ~20 ms at every snapshot: the hour soak's p99 grew with its day): `build` records its size and its
