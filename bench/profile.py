@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemonctl import SCRATCH, Daemon, base_config, cleanup_sockets, fresh_dir
+from daemonctl import SCRATCH, Daemon, base_config, cleanup_sockets, empty_trash, fresh_dir
 from fig_ops import _make_workspaces
 from fig_write import WS, _prefilled_day, hot_templates, warm_params
 from load import rpc_templates, run_load
@@ -165,6 +165,7 @@ def main() -> int:
         templates = [rpc_templates("warm.log", warm_params())] if kind == "warm" else hot_templates()
         cprofile_load(templates, args.seconds, clients, args.top)
         cleanup_sockets()
+        empty_trash()
         return 0
     if args.scenario == "warm1":
         under_load([rpc_templates("warm.log", warm_params())], args.seconds, out, clients=1)
@@ -177,6 +178,7 @@ def main() -> int:
     else:
         first10m(out)
     cleanup_sockets()
+    empty_trash()
     print(aggregate(out, args.top, args.thread))
     return 0
 

@@ -69,6 +69,7 @@ class Mirror:
 
     tree: Path
     later: list[Prefix] = field(default_factory=list)
+    dirs: set[Path] = field(default_factory=set)  # the directories it holds (`clear` keeps only these)
 
 
 def build(repo: GitRepo, live_days: Container[str]) -> Mirror | None:
@@ -84,7 +85,7 @@ def build(repo: GitRepo, live_days: Container[str]) -> Mirror | None:
     for name in ROOT_FILES:
         _place(repo.work_tree / name, tree / name, copy=False)
     for top in repo.paths:
-        _mirror(repo.work_tree / top, tree / top, live_days if top == "warm" else (), mirror.later)
+        _mirror(repo.work_tree / top, tree / top, live_days if top == "warm" else (), mirror)
     return mirror
 
 
@@ -132,9 +133,10 @@ def remove(tree: Path) -> None:
         shutil.rmtree(tree)
 
 
-def clear(tree: Path) -> None:
+def clear(tree: Path, keep: Container[Path] | None = None) -> None:
     """Delete every file and link of a mirror, keeping its directories for the next one (see the module
-    docstring); a mirror's place taken by something that is not a directory is deleted."""
+    docstring): those in `keep` (a mirror's `dirs`: what the workspace had), or all of them when None. A
+    mirror's place taken by something that is not a directory is deleted."""
     try:
         st = os.lstat(tree)
     except FileNotFoundError:
@@ -144,10 +146,12 @@ def clear(tree: Path) -> None:
         return
     with os.scandir(tree) as entries:
         for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                clear(Path(entry.path))
-            else:
+            if not entry.is_dir(follow_symlinks=False):
                 os.unlink(entry.path)
+            elif keep is None or Path(entry.path) in keep:
+                clear(Path(entry.path), keep)
+            else:  # the workspace has it no more: not kept for ever, however many come and go
+                shutil.rmtree(entry.path)
 
 
 def _mkdir(target: Path) -> None:
@@ -169,7 +173,7 @@ def _vacate(target: Path) -> None:
             os.unlink(target)
 
 
-def _mirror(source: Path, target: Path, copied: Container[str], later: list[Prefix]) -> None:
+def _mirror(source: Path, target: Path, copied: Container[str], mirror: Mirror) -> None:
     try:
         st = os.lstat(source)
     except FileNotFoundError:
@@ -178,6 +182,7 @@ def _mirror(source: Path, target: Path, copied: Container[str], later: list[Pref
         _place(source, target, copy=False)
         return
     _mkdir(target)
+    mirror.dirs.add(target)
     try:
         entries = list(os.scandir(source))
     except (FileNotFoundError, NotADirectoryError):  # gone while it was looked at
@@ -186,9 +191,9 @@ def _mirror(source: Path, target: Path, copied: Container[str], later: list[Pref
         if any(mark in entry.name for mark in _SKIPPED):
             continue
         if entry.is_dir(follow_symlinks=False):
-            _mirror(Path(entry.path), target / entry.name, (), later)  # day files sit directly in warm/
+            _mirror(Path(entry.path), target / entry.name, (), mirror)  # day files sit directly in warm/
         elif entry.name in copied:
-            _place_live(Path(entry.path), target / entry.name, later)
+            _place_live(Path(entry.path), target / entry.name, mirror.later)
         else:
             _place(Path(entry.path), target / entry.name, copy=False)
 

@@ -6,9 +6,9 @@ most of its time starting processes:
   its index having been empty (one `ls-files` less).
 
 Only ever an answer git would give, or None, and the caller asks git: an object that is not loose (packed by
-maintenance, or only in an alternate object store), an index of a version or with an extension this does not
-read (version 4's compressed paths, a split or sparse index), anything that does not parse, an id of neither
-SHA-1's nor SHA-256's length. Imports nothing of memd.
+maintenance, or only in an alternate object store), replace refs (`git replace`: git would read another object),
+an index of a version or with an extension this does not read (version 4's compressed paths, a split or sparse
+index), anything that does not parse, an id of neither SHA-1's nor SHA-256's length. Imports nothing of memd.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def directory_blobs(git_dir: Path, commit: str, directory: str) -> dict[str, str
     """The blob id of each regular file directly in `directory` (a path without a trailing slash) at `commit`
     (name -> id; {} when the commit has no such directory), or None when git must be asked instead."""
     raw = _ID_BYTES.get(len(commit))
-    if raw is None:
+    if raw is None or _replaces_objects(git_dir):
         return None
     body = _read(git_dir, commit, b"commit")
     if body is None or not body.startswith(b"tree "):
@@ -46,6 +46,26 @@ def directory_blobs(git_dir: Path, commit: str, directory: str) -> dict[str, str
     return {
         name.decode("utf-8", "surrogateescape"): oid for name, (mode, oid) in entries.items() if mode in _FILE_MODES
     }
+
+
+def _replaces_objects(git_dir: Path) -> bool:
+    """Does the repository have replace refs (`git replace`)? git reads a replaced object through them; this
+    reader does not, so it leaves such a repository to git."""
+    replace = git_dir / "refs" / "replace"
+    try:
+        if any(replace.iterdir()):
+            return True
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return True
+    try:
+        with open(git_dir / "packed-refs", "rb") as packed:
+            return any(b" refs/replace/" in line for line in packed)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def _tree(git_dir: Path, tree: str, raw: int) -> dict[bytes, tuple[bytes, str]] | None:
@@ -70,8 +90,11 @@ def _read(git_dir: Path, oid: str, kind: bytes) -> bytes | None:
     if len(oid) not in _ID_BYTES or any(c not in "0123456789abcdef" for c in oid):
         return None
     try:
-        data = zlib.decompress((git_dir / "objects" / oid[:2] / oid[2:]).read_bytes())
+        stream = zlib.decompressobj()
+        data = stream.decompress((git_dir / "objects" / oid[:2] / oid[2:]).read_bytes())
     except (OSError, zlib.error):
+        return None
+    if not stream.eof or stream.unused_data:  # cut short, or bytes after the stream: git refuses such an object
         return None
     header, nul, body = data.partition(b"\0")
     if not nul or header != kind + b" " + str(len(body)).encode():

@@ -373,7 +373,16 @@ class GitRepo:
 
     def commit(self, paths: Sequence[str], subject: str, body: str, trailers: Mapping[str, str]) -> str:
         """Commit exactly the files `stage` listed (`--only`: anything else someone staged in an adopted
-        repository stays staged and out of memd's commit)."""
+        repository stays staged and out of memd's commit). Returns the commit, or "" when nothing was left to
+        commit.
+
+        A listed path that is a directory now (a file or link that became one) is left out of the pathspec:
+        `git commit --only` would take the directory for a submodule and refuse ("does not have a commit checked
+        out"), every snapshot after it too. The files listed under it replace the old entry in the commit as in
+        the index; a directory with no file in it leaves the old entry committed (git records no directory)."""
+        paths = [path for path in paths if not self._now_a_directory(path)]
+        if not paths:
+            return ""
         lines = [subject, ""]
         if body:
             lines += [body, ""]
@@ -396,6 +405,14 @@ class GitRepo:
 
     def head(self) -> str:
         return self.run("rev-parse", "HEAD").decode().strip()
+
+    def _now_a_directory(self, path: str) -> bool:
+        """Is `path` a real directory in the work tree now, and not another repository (a submodule's place)?"""
+        where = self.work_tree / path
+        try:
+            return stat.S_ISDIR(os.lstat(where).st_mode) and not os.path.lexists(where / ".git")
+        except OSError:
+            return False
 
     def head_commit(self) -> str:
         """HEAD's commit, or "" when the repository has none yet."""

@@ -290,7 +290,7 @@ class Snapshotter:
                     rev = await self._to_the_end(view.commit, paths, subject, body, all_trailers) if paths else ""
                 finally:
                     repo.has_commits = view.has_commits
-                    await self._to_the_end(git_mirror.clear, tree)
+                    await self._to_the_end(git_mirror.clear, tree, mirror.dirs)
             state.dirty -= dirty  # committed (or nothing differed from HEAD); marks set meanwhile stay
             if not rev:
                 head = await loop.run_in_executor(self.io, head_or_empty, repo)

@@ -184,6 +184,23 @@ def test_a_directory_the_workspace_no_longer_has_is_committed_as_gone(repo: GitR
     assert "warm/archive/2026-10.md.gz" not in tree and f"warm/{TODAY}" in tree
 
 
+def test_a_directory_the_workspace_no_longer_has_is_not_kept_in_the_mirror(repo: GitRepo) -> None:
+    (repo.root / "hot" / "drafts").mkdir()
+    (repo.root / "hot" / "drafts" / "a.md").write_text("a\n")
+    first = git_mirror.build(repo, {TODAY})
+    assert first is not None
+    git_mirror.clear(git_mirror.complete(first), first.dirs)
+    assert (first.tree / "hot" / "drafts").is_dir()  # kept while the workspace has it
+    shutil.rmtree(repo.root / "hot" / "drafts")
+
+    second = git_mirror.build(repo, {TODAY})
+    assert second is not None
+    git_mirror.clear(git_mirror.complete(second), second.dirs)
+
+    assert not (second.tree / "hot" / "drafts").exists()
+    assert sorted(p.name for p in second.tree.iterdir()) == ["cold", "hot", "warm"]
+
+
 def test_no_mirror_where_the_repository_is_on_another_file_system(tmp_path: Path) -> None:
     other = Path("/dev/shm")
     if not other.is_dir() or os.stat(other).st_dev == os.stat(tmp_path).st_dev:

@@ -952,6 +952,7 @@ def test_an_ignore_rule_that_holds_a_tier_file_back_costs_a_second_add_and_is_ov
 
 
 def test_a_held_tier_file_stays_out_of_the_one_add_too(repo: GitRepo, temporary_home: Path) -> None:
+    # Two guards keep it out: its exclude pathspec, and its not being named among the tier files.
     write(repo.work_tree / "hot" / "context.json", "{}\n")
     write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
 
@@ -1011,7 +1012,9 @@ def test_a_corrupt_loose_object_is_left_to_git_to_report(repo: GitRepo) -> None:
         repo.committed_files("warm", head)
 
 
-def test_a_sha256_repository_is_read_from_its_loose_objects_too(tmp_path: Path) -> None:
+def test_a_sha256_repository_is_read_from_its_loose_objects_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = make_workspace(tmp_path / "ws")
     person_git(ws, "init", "--quiet", "--object-format=sha256", "--initial-branch=main")
     write(ws / "warm" / "2026-01-01.md", "one\n")
@@ -1019,9 +1022,49 @@ def test_a_sha256_repository_is_read_from_its_loose_objects_too(tmp_path: Path) 
     person_git(ws, "commit", "--quiet", "-m", "day")
     head = person_git(ws, "rev-parse", "HEAD").strip()
     r = locate(ws, tmp_path / "state", adopt=True)
+    trace = tmp_path / "git-trace"
+    with monkeypatch.context() as m:
+        _traced_gits(r, trace, m)
+        found = r.committed_files("warm", head)
 
-    assert len(head) == 64
-    assert r.committed_files("warm", head) == (head, _ls_tree_blobs(r, head, "warm"))
+    assert len(head) == 64 and not trace.exists()  # read from the objects, no git process
+    assert found == (head, _ls_tree_blobs(r, head, "warm"))
+
+
+def test_a_repository_with_replace_refs_is_asked_of_git(repo: GitRepo) -> None:
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
+    first = snapshot(repo)
+    write(repo.work_tree / "warm" / "2026-01-01.md", "two\n")
+    second = snapshot(repo)
+    person_git(repo.work_tree, "replace", first, second)  # git now reads the second commit where the first is named
+
+    assert repo.committed_files("warm", first) == (first, {"2026-01-01.md": retention.blob_id(b"two\n")})
+
+
+def test_a_loose_object_with_bytes_after_its_stream_is_left_to_git(repo: GitRepo) -> None:
+    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
+    head = snapshot(repo)
+    commit_file = repo.git_dir / "objects" / head[:2] / head[2:]
+    os.chmod(commit_file, 0o644)
+    commit_file.write_bytes(commit_file.read_bytes() + b"garbage")
+
+    with pytest.raises(GitError):  # git refuses it; so does memd, rather than trust it
+        repo.committed_files("warm", head)
+
+
+def test_the_first_snapshot_of_a_sha256_repository_lists_what_it_staged_from_the_index_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    person_git(ws, "init", "--quiet", "--object-format=sha256", "--initial-branch=main")
+    write(ws / "warm" / "2026-01-01.md", "day\n")
+    write(ws / "cold" / "MEMORY.md", "# Agent Memory\n")
+    r = locate(ws, tmp_path / "state", adopt=True)
+    trace = tmp_path / "git-trace"
+    _traced_gits(r, trace, monkeypatch)
+
+    assert sorted(stage(r)) == ["cold/MEMORY.md", "warm/2026-01-01.md"]
+    assert "ls-files" not in trace.read_text()
 
 
 def test_the_first_snapshot_of_a_new_repository_lists_what_it_staged_from_the_index_file(
@@ -1051,3 +1094,49 @@ def test_a_first_snapshot_where_someone_staged_before_lists_only_the_snapshot_pa
     assert paths == ["cold/MEMORY.md"]
     assert person_git(ws, "ls-tree", "-r", "--name-only", "HEAD").split() == ["cold/MEMORY.md"]
     assert person_git(ws, "diff", "--cached", "--name-only") == "README.md\n"  # still staged, not memd's
+
+
+@pytest.mark.parametrize("was", ["file", "symlink"])
+def test_a_file_that_became_a_directory_is_committed_as_the_directory_and_snapshots_go_on(
+    repo: GitRepo, was: str
+) -> None:
+    write(repo.work_tree / "hot" / "context.json", "{}\n")
+    if was == "file":
+        write(repo.work_tree / "hot" / "notes", "one file\n")
+    else:
+        os.symlink("context.json", repo.work_tree / "hot" / "notes")
+    snapshot(repo)
+    os.unlink(repo.work_tree / "hot" / "notes")
+    write(repo.work_tree / "hot" / "notes" / "a.md", "now a directory\n")
+
+    snapshot(repo)
+    write(repo.work_tree / "hot" / "context.json", '{"task": "later"}\n')
+    snapshot(repo)
+
+    tree = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert sorted(tree) == ["hot/context.json", "hot/notes/a.md"]
+    assert person_git(repo.work_tree, "status", "--porcelain", "--", "hot") == ""
+
+
+def test_a_directory_that_became_a_file_is_committed_as_the_file(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "notes" / "a.md", "a directory\n")
+    snapshot(repo)
+    shutil.rmtree(repo.work_tree / "hot" / "notes")
+    write(repo.work_tree / "hot" / "notes", "now one file\n")
+
+    snapshot(repo)
+
+    assert person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split() == ["hot/notes"]
+
+
+def test_a_file_that_became_an_empty_directory_does_not_stop_the_snapshots_after_it(repo: GitRepo) -> None:
+    write(repo.work_tree / "hot" / "notes", "one file\n")
+    snapshot(repo)
+    os.unlink(repo.work_tree / "hot" / "notes")
+    (repo.work_tree / "hot" / "notes").mkdir()
+
+    assert repo.commit(stage(repo), "memd: writes", "", {}) == ""  # git records no directory: nothing to commit
+    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+    snapshot(repo)
+
+    assert "cold/MEMORY.md" in person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
