@@ -84,6 +84,7 @@ class Context:
         self.long = False  # --long: the hour-long variants (soak), never in CI
         self.soak_mix = ""  # --soak-mix: the soak's write mix instead of its own (soak.MIX)
         self.soak_snapshots = True  # --soak-no-snapshots: False
+        self.soak_search = True  # --soak-no-search: False
         self.home = tmp / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self._serial = 0

@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the soak with [snapshot] enabled = false (compressed notes and decisions are then looked for in the "
         "warm log, where a checkpoint flushes them: no history holds the older checkpoint records)",
     )
+    ap.add_argument(
+        "--soak-no-search",
+        action="store_true",
+        help="the soak with [search] enabled = false (no index is kept: what indexing costs the run shows)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     parts: dict[str, set[str]] = {}
@@ -106,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx.long = args.long and not args.ci
     ctx.soak_mix = args.soak_mix
     ctx.soak_snapshots = not args.soak_no_snapshots
+    ctx.soak_search = not args.soak_no_search
     mode = "ci" if args.ci else "full"
     print(f"memd torture: seed {args.seed}, {mode} sizes x{args.scale:g}, scenarios {', '.join(names)}", flush=True)
     reports: list[Report] = []

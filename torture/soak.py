@@ -112,10 +112,13 @@ def run(ctx: Context) -> Report:
     root = ctx.dir("sk")
     names = ["s0", "s1"]
     snapshot = {"settle_seconds": 0.5, "max_wait_seconds": 5.0, "enabled": ctx.soak_snapshots}
-    config = base_config(root, {n: root / "ws" / n for n in names}, snapshot=snapshot)
+    config = base_config(
+        root, {n: root / "ws" / n for n in names}, snapshot=snapshot, search={"enabled": ctx.soak_search}
+    )
     mix = ctx.soak_mix or MIX
-    if mix != MIX or not ctx.soak_snapshots:
-        report.figure("variant", f"mix {mix}, snapshots {'on' if ctx.soak_snapshots else 'off'}")
+    if mix != MIX or not ctx.soak_snapshots or not ctx.soak_search:
+        on = {True: "on", False: "off"}
+        report.figure("variant", f"mix {mix}, snapshots {on[ctx.soak_snapshots]}, search {on[ctx.soak_search]}")
     d = Daemon(ctx, root / "d", config)
     groups = []
     samples: list[tuple[float, int, int]] = []
