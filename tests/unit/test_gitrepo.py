@@ -1140,3 +1140,16 @@ def test_a_file_that_became_an_empty_directory_does_not_stop_the_snapshots_after
     snapshot(repo)
 
     assert "cold/MEMORY.md" in person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
+
+
+def test_snapshots_write_loose_objects_at_zlibs_fastest_level_whatever_the_users_setting(
+    repo: GitRepo, temporary_home: Path
+) -> None:
+    write(temporary_home / ".gitconfig", "[core]\n\tcompression = 9\n")
+    write(repo.work_tree / "warm" / "2026-01-01.md", "a day that grows all day\n" * 1000)
+
+    head = snapshot(repo)
+
+    blob = retention.blob_id(("a day that grows all day\n" * 1000).encode())
+    assert (repo.git_dir / "objects" / blob[:2] / blob[2:]).read_bytes()[:2] == b"\x78\x01"  # zlib, level 1
+    assert (repo.git_dir / "objects" / head[:2] / head[2:]).read_bytes()[:2] == b"\x78\x01"
