@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -918,37 +918,30 @@ def _adds(trace: Path) -> list[str]:
     return [line for line in trace.read_text().splitlines() if "trace: built-in: git add " in line]
 
 
-def test_a_workspace_without_ignore_rules_is_staged_by_one_git_add(
-    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temporary_home: Path
+@pytest.mark.parametrize(
+    ("rules", "adds"),
+    [({}, 1), ({"cold/.gitignore": "MEMORY.md\n"}, 2)],
+    ids=["no ignore rule: one add", "a rule holding a tier file back: a second add, with --force"],
+)
+def test_a_snapshot_stages_with_one_git_add_unless_an_ignore_rule_holds_a_tier_file_back(
+    repo: GitRepo,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    temporary_home: Path,
+    rules: dict[str, str],
+    adds: int,
 ) -> None:
     trace = tmp_path / "git-trace"
     _traced_gits(repo, trace, monkeypatch)
-    write(repo.work_tree / "hot" / "context.json", "{}\n")
-    write(repo.work_tree / "warm" / "2026-01-01.md", "day\n")
-    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
+    tiers = {"hot/context.json": "{}\n", "warm/2026-01-01.md": "day\n", "cold/MEMORY.md": "# Agent Memory\n"}
+    for name, text in {**rules, **tiers}.items():
+        write(repo.work_tree / name, text)
 
     snapshot(repo)
 
-    assert len(_adds(trace)) == 1
-    files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
-    assert sorted(files) == ["cold/MEMORY.md", "hot/context.json", "warm/2026-01-01.md"]
-
-
-def test_an_ignore_rule_that_holds_a_tier_file_back_costs_a_second_add_and_is_overruled(
-    repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temporary_home: Path
-) -> None:
-    trace = tmp_path / "git-trace"
-    _traced_gits(repo, trace, monkeypatch)
-    write(repo.work_tree / "cold" / ".gitignore", "MEMORY.md\n")
-    write(repo.work_tree / "cold" / "MEMORY.md", "# Agent Memory\n")
-    write(repo.work_tree / "hot" / "context.json", "{}\n")
-
-    snapshot(repo)
-
-    adds = _adds(trace)
-    assert len(adds) == 2 and "--force" in adds[1]
-    files = person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split()
-    assert {"cold/MEMORY.md", "hot/context.json"} <= set(files)
+    traced = _adds(trace)
+    assert len(traced) == adds and ("--force" in traced[-1]) == (adds == 2)
+    assert set(tiers) <= set(person_git(repo.work_tree, "ls-tree", "-r", "--name-only", "HEAD").split())
 
 
 def test_a_held_tier_file_stays_out_of_the_one_add_too(repo: GitRepo, temporary_home: Path) -> None:
@@ -1001,23 +994,37 @@ def test_what_a_packed_commit_holds_is_asked_of_git(repo: GitRepo) -> None:
     assert repo.committed_files("warm", head) == (head, {"2026-01-01.md": retention.blob_id(b"one\n")})
 
 
-def test_a_corrupt_loose_object_is_left_to_git_to_report(repo: GitRepo) -> None:
+@pytest.mark.parametrize(
+    "damage",
+    [lambda data: b"not zlib", lambda data: data + b"garbage"],
+    ids=["not zlib", "bytes after its zlib stream"],
+)
+def test_a_damaged_loose_object_is_left_to_git_which_refuses_it(
+    repo: GitRepo, damage: Callable[[bytes], bytes]
+) -> None:
     write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
     head = snapshot(repo)
     commit_file = repo.git_dir / "objects" / head[:2] / head[2:]
     os.chmod(commit_file, 0o644)
-    commit_file.write_bytes(b"not zlib")
+    commit_file.write_bytes(damage(commit_file.read_bytes()))
 
-    with pytest.raises(GitError):
+    with pytest.raises(GitError):  # git refuses it; memd does not trust it either
         repo.committed_files("warm", head)
+
+
+def sha256_workspace(tmp_path: Path) -> Path:
+    """A workspace whose own repository (a person's) has SHA-256 object ids, with a day file and learnings."""
+    ws = make_workspace(tmp_path / "ws")
+    person_git(ws, "init", "--quiet", "--object-format=sha256", "--initial-branch=main")
+    write(ws / "warm" / "2026-01-01.md", "one\n")
+    write(ws / "cold" / "MEMORY.md", "# Agent Memory\n")
+    return ws
 
 
 def test_a_sha256_repository_is_read_from_its_loose_objects_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws = make_workspace(tmp_path / "ws")
-    person_git(ws, "init", "--quiet", "--object-format=sha256", "--initial-branch=main")
-    write(ws / "warm" / "2026-01-01.md", "one\n")
+    ws = sha256_workspace(tmp_path)
     person_git(ws, "add", "warm")
     person_git(ws, "commit", "--quiet", "-m", "day")
     head = person_git(ws, "rev-parse", "HEAD").strip()
@@ -1041,25 +1048,10 @@ def test_a_repository_with_replace_refs_is_asked_of_git(repo: GitRepo) -> None:
     assert repo.committed_files("warm", first) == (first, {"2026-01-01.md": retention.blob_id(b"two\n")})
 
 
-def test_a_loose_object_with_bytes_after_its_stream_is_left_to_git(repo: GitRepo) -> None:
-    write(repo.work_tree / "warm" / "2026-01-01.md", "one\n")
-    head = snapshot(repo)
-    commit_file = repo.git_dir / "objects" / head[:2] / head[2:]
-    os.chmod(commit_file, 0o644)
-    commit_file.write_bytes(commit_file.read_bytes() + b"garbage")
-
-    with pytest.raises(GitError):  # git refuses it; so does memd, rather than trust it
-        repo.committed_files("warm", head)
-
-
 def test_the_first_snapshot_of_a_sha256_repository_lists_what_it_staged_from_the_index_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws = make_workspace(tmp_path / "ws")
-    person_git(ws, "init", "--quiet", "--object-format=sha256", "--initial-branch=main")
-    write(ws / "warm" / "2026-01-01.md", "day\n")
-    write(ws / "cold" / "MEMORY.md", "# Agent Memory\n")
-    r = locate(ws, tmp_path / "state", adopt=True)
+    r = locate(sha256_workspace(tmp_path), tmp_path / "state", adopt=True)
     trace = tmp_path / "git-trace"
     _traced_gits(r, trace, monkeypatch)
 
