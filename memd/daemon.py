@@ -81,8 +81,8 @@ class Daemon:
         self.malloc: dict[str, object] = {}  # what `run` set of glibc's malloc (memd.malloc_tuning)
         # git has its own threads: a slow or hung git (timeouts up to a minute) must never delay an fsync. Four, on
         # two cores: a git process spends much of its life in fsync, and a first sweep of 300 workspaces left the
-        # CPU 16% idle with two (8% with four; 7.0 -> 6.3 s, docs/benchmarks.md). One repository's commits still
-        # go one at a time (its lock), so a workspace's writes never compete with more than one git of its own.
+        # CPU 16% idle with two (8% with four; 7.9-8.6 -> 6.3-6.6 s, docs/benchmarks.md). One repository's commits
+        # still go one at a time (its lock), so a workspace's writes never compete with more than one git of its own.
         self.git_io = ThreadPoolExecutor(max_workers=GIT_THREADS, thread_name_prefix="memd-git")
         # ...and a repack (seconds, at the lowest CPU priority) has one of its own: it never holds up a snapshot.
         self.gc_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memd-git-gc")

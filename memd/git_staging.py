@@ -6,8 +6,8 @@ so editors' temporaries stay out; a file that vanishes while git looks at it is 
 snapshot), with the tier files proper named one by one. Only when git says an ignore rule held a named path back
 (the user's global excludes, `core.excludesFile`, or a `.gitignore` in the workspace) does a second add stage the
 tier files with `--force`: no ignore rule decides what memd keeps. memd's own files (its `.memd-tmp-`
-temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on
-every `add`. Imports memd.gitrepo, memd.git_objects and memd.fsio.
+temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on every `add`. Imports
+memd.gitrepo, memd.git_objects and memd.fsio.
 """
 
 from __future__ import annotations
