@@ -168,27 +168,31 @@ def _index_file(store: Store, source: Source, file: str, state: FileState, befor
 
 
 def _index_day(store: Store, source: Source, file: str, state: FileState, before: FileState | None) -> int:
-    data = read_tier_file(source.root / file, source.warm_max) or b""
+    path = source.root / file
     day = file.removeprefix("warm/").removesuffix(".md")
-    view = memoryview(data)
     if (
         before is not None
         and before.error is None
         and before.tail is not None
         and before.prefix_hash is not None
         and before.ino == state.ino
-        and before.size <= len(data)
-        and before.tail.offset <= len(data)
     ):
-        digest = hashlib.blake2b(view[: before.tail.offset], digest_size=16)
-        if digest.digest() == before.prefix_hash:  # only appended to: index from the last entry on
-            docs, tail = documents.warm_day(bytes(view[before.tail.offset :]), day, before.tail)
-            digest.update(view[before.tail.offset : tail.offset])
-            done = FileState(state.size, state.mtime_ns, state.ino, tail, digest.digest())
+        # Only what follows the last entry indexed is read into memory; the bytes before it are hashed as they
+        # are read, through one small buffer (a day of megabytes read whole at every pass was a buffer of its
+        # size made and dropped every index_max_wait_seconds under steady writes: heap the daemon kept).
+        digest = hashlib.blake2b(digest_size=16)
+        tail = read_tier_file(path, source.warm_max, before.tail.offset, digest.update) or b""
+        if (
+            digest.digest() == before.prefix_hash and before.tail.offset + len(tail) >= before.size
+        ):  # only appended to: index from the last entry on
+            docs, resumed = documents.warm_day(tail, day, before.tail)
+            digest.update(tail[: resumed.offset - before.tail.offset])
+            done = FileState(state.size, state.mtime_ns, state.ino, resumed, digest.digest())
             return store.replace_file(source.name, file, done, docs, from_line=before.tail.line)
-    docs, tail = documents.warm_day(data, day)
-    digest = hashlib.blake2b(view[: tail.offset], digest_size=16)
-    done = FileState(state.size, state.mtime_ns, state.ino, tail, digest.digest())
+    data = read_tier_file(path, source.warm_max) or b""
+    docs, end = documents.warm_day(data, day)
+    digest = hashlib.blake2b(memoryview(data)[: end.offset], digest_size=16)
+    done = FileState(state.size, state.mtime_ns, state.ino, end, digest.digest())
     return store.replace_file(source.name, file, done, docs)
 
 

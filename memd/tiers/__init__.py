@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from memd.errors import CorruptFile
@@ -20,10 +21,18 @@ DEFAULT_MAX_BYTES = COLD_MAX_BYTES  # for a caller not yet told its tier's cap
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 _CHUNK = 1 << 20
+_SKIP_CHUNK = 256 * 1024  # read_tier_file's `skipped` bytes go through one buffer this size
 
 
-def read_tier_file(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, offset: int = 0) -> bytes | None:
-    """A store's file (from `offset` on), or None when absent.
+def read_tier_file(
+    path: Path,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    offset: int = 0,
+    skipped: Callable[[memoryview], object] | None = None,
+) -> bytes | None:
+    """A store's file (from `offset` on), or None when absent. `skipped`, when given, is fed the bytes before
+    `offset` (fewer where the file is shorter now), read from the same open file in pieces through one buffer: a
+    digest of what the caller already holds costs no copy of it (the search indexer checks a day file's prefix).
 
     Anything memd must not read through — a symlink (the file or its directory), a FIFO, a device — cannot read,
     or a file larger than `max_bytes` raises CorruptFile, which keeps the last good state in memory and refuses
@@ -42,6 +51,8 @@ def read_tier_file(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, offset: int =
                 raise OSError(errno.EINVAL, "not a regular file")
             if st.st_size > max_bytes:
                 raise _TooLarge(st.st_size)
+            if skipped is not None:
+                _feed(fd, min(offset, st.st_size), skipped)
             return _read_capped(fd, offset, st.st_size, max_bytes)
         finally:
             os.close(fd)
@@ -75,6 +86,18 @@ def _read_capped(fd: int, offset: int, size: int, max_bytes: int) -> bytes:
             raise _TooLarge(pos)
         chunks.append(chunk)
         want = _CHUNK
+
+
+def _feed(fd: int, end: int, into: Callable[[memoryview], object]) -> None:
+    buffer = bytearray(min(end, _SKIP_CHUNK))
+    view = memoryview(buffer)
+    pos = 0
+    while pos < end:
+        got = os.preadv(fd, [view[: min(len(buffer), end - pos)]], pos)
+        if not got:
+            return  # shorter than fstat said: what was fed is all there is
+        into(view[:got])
+        pos += got
 
 
 def _size(n: int) -> str:

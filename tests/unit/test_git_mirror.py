@@ -9,6 +9,7 @@ directories stay from one snapshot to the next and change nothing that is commit
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -268,3 +269,64 @@ def test_a_big_day_rewritten_in_place_before_it_was_copied_is_committed_whole_ne
     commit_from_mirror(repo, git_mirror.complete(mirror))
 
     assert show(repo, f"warm/{TODAY}").encode() == rewritten
+
+
+@pytest.mark.parametrize("refusal", ["EXDEV", "ENOSYS", "absent"])
+def test_a_big_day_is_copied_by_hand_where_the_kernel_will_not_copy_it(
+    repo: GitRepo, monkeypatch: pytest.MonkeyPatch, refusal: str
+) -> None:
+    data = big_day(repo)
+    if refusal == "absent":  # not Linux
+        monkeypatch.delattr(os, "copy_file_range")
+    else:
+        code = getattr(errno, refusal)
+
+        def refuse(*_args: object) -> int:
+            raise OSError(code, os.strerror(code))
+
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    mirror = git_mirror.build(repo, {TODAY})
+    assert mirror is not None
+    with (repo.root / "warm" / TODAY).open("a") as f:
+        f.write("\n### 23:59:00 - after the snapshot\n")
+
+    commit_from_mirror(repo, git_mirror.complete(mirror))
+
+    assert len(data) > git_mirror._CHUNK  # copied in more than one piece
+    assert show(repo, f"warm/{TODAY}").encode() == data
+
+
+def test_a_kernel_copy_that_stops_half_way_is_finished_by_hand(repo: GitRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = big_day(repo)
+    real = os.copy_file_range
+    calls: list[int] = []
+
+    def once_then_refuse(src: int, dst: int, count: int, offset_src: int | None = None) -> int:
+        calls.append(count)
+        if len(calls) > 1:
+            raise OSError(errno.EXDEV, "cross-device")
+        return real(src, dst, min(count, 1000), offset_src)
+
+    monkeypatch.setattr(os, "copy_file_range", once_then_refuse)
+    mirror = git_mirror.build(repo, {TODAY})
+    assert mirror is not None
+
+    commit_from_mirror(repo, git_mirror.complete(mirror))
+
+    assert len(calls) == 2
+    assert show(repo, f"warm/{TODAY}").encode() == data
+
+
+def test_another_error_of_the_kernel_copy_is_not_hidden(repo: GitRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    big_day(repo)
+
+    def no_space(*_args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "copy_file_range", no_space)
+    mirror = git_mirror.build(repo, {TODAY})
+    assert mirror is not None
+
+    with pytest.raises(OSError) as raised:
+        git_mirror.complete(mirror)
+    assert raised.value.errno == errno.ENOSPC

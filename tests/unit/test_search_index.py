@@ -308,6 +308,40 @@ def test_an_edit_inside_a_day_file_that_also_grows_it_is_read_again_whole(store:
     assert search(store, "canary")[0]["heading"] == "deploy to production canary"
 
 
+def test_a_day_cut_short_in_place_and_appended_to_is_read_again_whole(store: Store, tmp_path: Path) -> None:
+    ws = source(tmp_path / "alpha")
+    first, second = entry("09:00:00", "deploy to staging"), entry("09:30:00", "smoke tests")
+    path = write_day(ws.root, TODAY, first, second)
+    indexer.sync(store, ws, ALL_TIERS)
+    with open(path, "r+", encoding="utf-8") as f:  # same inode: cut before the last entry, then a new one
+        f.truncate(len(header(TODAY)) + len(first.encode()))
+    write_day(ws.root, TODAY, entry("10:00:00", "rollback"), mode="a")
+    indexer.sync(store, ws, frozenset({"warm"}))
+
+    fresh = Store(tmp_path / "fresh.sqlite3")
+    indexer.sync(fresh, ws, ALL_TIERS)
+    assert store.rows("alpha") == fresh.rows("alpha")
+    assert search(store, "smoke") == []
+    assert search(store, "rollback")[0]["heading"] == "rollback"
+
+
+def test_an_append_to_a_day_of_megabytes_is_indexed_from_its_last_entry_and_equals_a_full_build(
+    store: Store, tmp_path: Path
+) -> None:
+    ws = source(tmp_path / "alpha")
+    long_day = [entry(f"0{i // 3600}:{i // 60 % 60:02d}:{i % 60:02d}", f"step {i}", "ok") for i in range(30000)]
+    path = write_day(ws.root, TODAY, *long_day)
+    assert path.stat().st_size > 1 << 20  # its prefix is hashed through the buffer more than once
+    indexer.sync(store, ws, ALL_TIERS)
+    write_day(ws.root, TODAY, entry("09:00:00", "the newest step", "indexed"), mode="a")
+    indexer.sync(store, ws, frozenset({"warm"}))
+
+    fresh = Store(tmp_path / "fresh.sqlite3")
+    indexer.sync(fresh, ws, ALL_TIERS)
+    assert store.rows("alpha") == fresh.rows("alpha")
+    assert search(store, '"newest step"')[0]["lines"][0] == fresh.rows("alpha")[-1][5]
+
+
 def test_a_file_that_cannot_be_read_keeps_its_last_rows_until_it_is_fixed(store: Store, ws: Source) -> None:
     indexer.sync(store, ws, ALL_TIERS)
     hot = ws.root / "hot" / "memd.json"

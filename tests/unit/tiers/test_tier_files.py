@@ -24,6 +24,30 @@ def test_a_file_is_read_whole_and_an_absent_one_is_none(tmp_path: Path) -> None:
     assert read_tier_file(path, offset=2) == b'task": "t"}\n'
 
 
+def test_the_bytes_before_the_offset_are_fed_to_skipped_in_pieces_and_only_the_rest_is_returned(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "2026-12-03.md"
+    data = bytes(range(256)) * 4096 + b"the tail"  # 1 MiB before the tail: more than one buffer's worth
+    path.write_bytes(data)
+    pieces: list[bytes] = []
+
+    tail = read_tier_file(path, max_bytes=2 * MIB, offset=MIB, skipped=lambda piece: pieces.append(bytes(piece)))
+
+    assert tail == b"the tail"
+    assert b"".join(pieces) == data[:MIB]
+    assert len(pieces) > 1
+
+
+def test_skipped_is_fed_what_there_is_of_a_file_now_shorter_than_the_offset(tmp_path: Path) -> None:
+    path = tmp_path / "2026-12-03.md"
+    path.write_bytes(b"short")
+    pieces: list[bytes] = []
+
+    assert read_tier_file(path, offset=100, skipped=lambda piece: pieces.append(bytes(piece))) == b""
+    assert b"".join(pieces) == b"short"
+
+
 def test_a_file_of_exactly_the_cap_is_read(tmp_path: Path) -> None:
     path = tmp_path / "MEMORY.md"
     path.write_bytes(b"x" * 1000)
