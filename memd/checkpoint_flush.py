@@ -11,6 +11,7 @@ from typing import Any
 
 from memd.batch import Draft
 from memd.checkpoint_plan import keyed
+from memd.tiers.digests import DigestSet
 from memd.tiers.warm_format import FLUSHED_NOTE, flush_identity
 from memd.workspace import Workspace
 
@@ -28,7 +29,7 @@ def flush_to_warm(
     seen: set[bytes | None] = set()
     # A big day's older entries, no longer parsed: looked up where they are, never copied (a day of steady
     # writes lets go of ~80,000 decisions an hour; a copy at every checkpoint cost the size of the day).
-    let_go: list[set[bytes]] = []
+    let_go: list[DigestSet] = []
     today = draft.local.date()
     for day in ws.warm.recent_days(today, ws.config.warm.recent_days):
         for e in ws.warm.entries_for(day):

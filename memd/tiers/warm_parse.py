@@ -6,10 +6,11 @@ Parsed entries are incremental, since day files only grow: memd's own append ext
 there differ) is parsed again from the start. `parse` touches no state, so the store may run it in a worker
 thread; `advance` takes its result into the day's parse. Bounds: of each day, only its newest DAY_WINDOW entries
 stay parsed (the older ones are final: a read that reaches them, a page of `warm.recent` or a whole `warm.day`,
-parses the file in a worker and keeps nothing of it: WarmStore.load_all; of the entries let go, only a 16-byte
-digest of each decision and flushed note is kept, for a checkpoint's flush). So memory hardly grows with the day:
-an agent that logs all day long made memd hold about 7 bytes for every byte of its day file.
-Imports memd.errors, the tier reader and the warm format (and, for types only, the warm store's DayFile).
+parses the file in a worker and keeps nothing of it: WarmStore.load_all; of the entries let go, only 8 bytes of
+the digest of each decision and flushed note are kept, for a checkpoint's flush: memd.tiers.digests). So memory
+hardly grows with the day: an agent that logs all day long made memd hold about 7 bytes for every byte of its day file.
+Imports memd.errors, the tier reader, the warm format and memd.tiers.digests (and, for types only, the warm
+store's DayFile).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from memd.errors import CorruptFile
 from memd.tiers import read_tier_file, warm_format
+from memd.tiers.digests import DigestSet
 from memd.tiers.warm_format import Resume, WarmEntry
 
 if TYPE_CHECKING:
@@ -46,7 +48,7 @@ class Parsed:
     first: int = 0
     # What a checkpoint's flush looks up of the entries let go (warm_format.flush_identity: the decisions and
     # flushed notes among them, 16 bytes each): it must not log again what the day already holds.
-    let_go: set[bytes] = field(default_factory=set)
+    let_go: DigestSet = field(default_factory=DigestSet)
 
     def cut_to_window(self) -> None:
         """Let go of the oldest entries beyond DAY_WINDOW (only final ones: before `resume`)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from memd import fsio, fsio_batch
 from memd.errors import CorruptFile
 from memd.tiers import MIB, WARM_DAY_MAX_BYTES, read_tier_file, warm_format, warm_parse
+from memd.tiers.digests import DigestSet
 from memd.tiers.warm_format import WarmEntry
 from memd.tiers.warm_parse import Job, Parsed, Result
 from memd.tokens import TokenCounter
@@ -261,11 +262,11 @@ class WarmStore:
         known = self.days.get(day)
         return 0 if known is None or known.parsed is None else known.parsed.first
 
-    def let_go_identities(self, day: date) -> set[bytes]:
+    def let_go_identities(self, day: date) -> DigestSet:
         """The flush identities (warm_format.flush_identity) of the day's entries that `entries_for` no longer
         holds; call it after `entries_for`, which parses the day."""
         known = self.days.get(day)
-        return set() if known is None or known.parsed is None else known.parsed.let_go
+        return DigestSet() if known is None or known.parsed is None else known.parsed.let_go
 
     def entries_for(self, day: date) -> list[WarmEntry]:
         """A day's newest entries (warm_parse.DAY_WINDOW at least, `first_kept` tells where they start), parsed here
