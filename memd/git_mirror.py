@@ -47,8 +47,9 @@ from memd.gitrepo import GitRepo
 MIRROR_DIR = "memd-stage"
 PREFIX_COPY_BYTES = 256 * 1024  # a live day file above this is copied after the writer is let go (`complete`)
 _CHUNK = 256 * 1024  # where the kernel cannot copy: read and written in pieces this size
-# copy_file_range's answers where the kernel or the file system cannot copy (before Linux 5.3, across file systems)
-_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP})
+# copy_file_range's answers where the kernel or the file system cannot copy (before Linux 5.3, across file systems;
+# EPERM: a container's seccomp filter)
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM})
 _TAIL = 64  # bytes before the recorded end that must still be there for the prefix to be the file's
 ROOT_FILES = (".gitignore",)  # at the workspace's top, its rules apply to the snapshot paths too
 _SKIPPED = (".memd-tmp-", ".memd.lock")  # memd's own files: never committed (excluded by pathspec anyway)
@@ -132,10 +133,9 @@ def _copy_range(source: int, target: int, size: int) -> None:
     try:
         while offset < size:
             done = os.copy_file_range(source, target, size - offset, offset)
-            if not done:
-                return  # the file is shorter now: the caller's checks made sure what it holds is a state it had
+            if not done:  # the end of the file, or a file system that copies nothing (some FUSE ones): by hand
+                break
             offset += done
-        return
     except (AttributeError, OSError) as exc:  # not Linux, or a file system that refuses it: copy by hand
         if isinstance(exc, OSError) and exc.errno not in _NO_KERNEL_COPY:
             raise

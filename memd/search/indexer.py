@@ -186,7 +186,7 @@ def _index_day(store: Store, source: Source, file: str, state: FileState, before
             digest.digest() == before.prefix_hash and before.tail.offset + len(tail) >= before.size
         ):  # only appended to: index from the last entry on
             docs, resumed = documents.warm_day(tail, day, before.tail)
-            digest.update(tail[: resumed.offset - before.tail.offset])
+            digest.update(memoryview(tail)[: resumed.offset - before.tail.offset])
             done = FileState(state.size, state.mtime_ns, state.ino, resumed, digest.digest())
             return store.replace_file(source.name, file, done, docs, from_line=before.tail.line)
     data = read_tier_file(path, source.warm_max) or b""

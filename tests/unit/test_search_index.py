@@ -11,6 +11,7 @@ import json
 import os
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -326,7 +327,7 @@ def test_a_day_cut_short_in_place_and_appended_to_is_read_again_whole(store: Sto
 
 
 def test_an_append_to_a_day_of_megabytes_is_indexed_from_its_last_entry_and_equals_a_full_build(
-    store: Store, tmp_path: Path
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = source(tmp_path / "alpha")
     long_day = [entry(f"0{i // 3600}:{i // 60 % 60:02d}:{i % 60:02d}", f"step {i}", "ok") for i in range(30000)]
@@ -334,7 +335,18 @@ def test_an_append_to_a_day_of_megabytes_is_indexed_from_its_last_entry_and_equa
     assert path.stat().st_size > 1 << 20  # its prefix is hashed through the buffer more than once
     indexer.sync(store, ws, ALL_TIERS)
     write_day(ws.root, TODAY, entry("09:00:00", "the newest step", "indexed"), mode="a")
+    read: list[int] = []
+    real_read = indexer.read_tier_file
+
+    def counting_read(path: Path, max_bytes: int, offset: int = 0, skipped: Any = None) -> bytes | None:
+        data = real_read(path, max_bytes, offset, skipped)
+        read.append(len(data or b""))
+        return data
+
+    monkeypatch.setattr(indexer, "read_tier_file", counting_read)
     indexer.sync(store, ws, frozenset({"warm"}))
+    assert len(read) == 1 and read[0] < 1000  # only what follows the last entry, and the file read once
+    monkeypatch.undo()
 
     fresh = Store(tmp_path / "fresh.sqlite3")
     indexer.sync(fresh, ws, ALL_TIERS)

@@ -47,15 +47,18 @@ def test_only_the_first_eight_bytes_tell_digests_apart_and_other_objects_are_nev
     assert None not in kept
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.integers(min_value=0, max_value=3000), max_size=3 * digests.RUN), st.integers(0, 3000))
-def test_it_answers_as_a_set_would(numbers: list[int], probe: int) -> None:
-    kept = DigestSet()
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=400), max_size=300), st.integers(0, 400), st.integers(1, 9))
+def test_it_answers_as_a_set_would_through_any_number_of_merges(numbers: list[int], probe: int, run: int) -> None:
+    kept = DigestSet(run=run)  # small runs: merges of every size happen within a few hundred digests
     for n in numbers:
         kept.add(digest(n))
 
     assert (digest(probe) in kept) == (probe in set(numbers))
     assert len(kept) == len(set(numbers))
+    assert all(digest(n) in kept for n in numbers)
+    sizes = [len(r) for r in kept._runs]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)  # a binary counter
 
 
 def test_a_hundred_thousand_digests_take_about_eight_bytes_each_where_a_set_takes_ninety() -> None:
@@ -65,12 +68,13 @@ def test_a_hundred_thousand_digests_take_about_eight_bytes_each_where_a_set_take
         kept = DigestSet()
         for d in added:
             kept.add(d)
-        compact, _ = tracemalloc.get_traced_memory()
+        compact, peak = tracemalloc.get_traced_memory()
         plain = {bytes(bytearray(d)) for d in added}  # what it replaced: the digests themselves in a set
         both, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
 
     assert compact / len(added) < 12  # sorted runs at 8 bytes, the newest in a small set
+    assert peak / len(added) < 24  # a merge streams the runs: no Python int made of every member at once
     assert (both - compact) / len(plain) > 60
     assert all(d in kept for d in added[::997])
