@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 import re
+import sys
 from collections.abc import Callable, Sequence
 from datetime import date
 from typing import NamedTuple
@@ -38,7 +39,7 @@ class Learning(NamedTuple):
     that move every one below a line down (memd.tiers.cold_learnings); `located_learnings` says where each is."""
 
     category: str  # "" for a learning above the first section
-    date: str  # "YYYY-MM-DD"
+    date: str  # "YYYY-MM-DD", interned: a file holds few dates, each on many lines (64 bytes a line otherwise)
     text: str
 
 
@@ -117,7 +118,7 @@ def parse_sections(text: str) -> tuple[list[Learning], list[int], list[Section]]
             continue
         match = _LEARNING_RE.fullmatch(_content(raw))
         if match is not None:
-            learnings.append(Learning(category, match[1], unescape_inline(match[2] or "")))
+            learnings.append(Learning(category, sys.intern(match[1]), unescape_inline(match[2] or "")))
             numbers.append(number)
     return learnings, numbers, sections
 

@@ -12,6 +12,7 @@ insertion can update in place (by content, the counts) are handed on to the next
 from __future__ import annotations
 
 import bisect
+import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 
@@ -118,7 +119,7 @@ class Learnings:
         # The learnings between the heading and the insertion (none for memd's own: it inserts above the first).
         above = sum(1 for raw in document[start:at].split("\n") if cold_format.learning_line(raw) is not None)
         index = (0 if k < 0 else self._sections[k].first) + above
-        learning = Learning(category, match[1], unescape_inline(match[2] or ""))
+        learning = Learning(category, sys.intern(match[1]), unescape_inline(match[2] or ""))
         grown = len(added)
         sections = [
             s if j <= k else Section(s.offset + grown, s.category, s.first + 1) for j, s in enumerate(self._sections)

@@ -166,3 +166,15 @@ def test_a_fence_made_across_an_insertions_seam_is_not_taken_for_none(tmp_path: 
     store.commit(text, store.write_for(text), fsio.Fingerprint.of_stat(path.stat()))
 
     assert not store.fence_free(store.text)
+
+
+def test_learnings_of_one_date_share_one_date_string_parsed_or_inserted() -> None:
+    """A MEMORY.md of thousands of learnings holds few dates; each learning kept its own copy (64 bytes a line)."""
+    document = "# Memory\n\n## Ops\n" + "".join(f"- [2026-12-03] learning {i}\n" for i in range(50))
+    parsed = Learnings.parse(document)
+    added = "- [2026-12-03] one more\n"
+    at = document.index("## Ops\n") + len("## Ops\n")
+    after = parsed.inserted(document, at, added)
+
+    assert after is not None
+    assert len({id(learning.date) for learning in after.items}) == 1
