@@ -13,23 +13,17 @@ again before its next request; one the new config no longer allows gets -32002 a
 request is reported to `observe` (method, error code or None, seconds since its line arrived): the daemon's
 metrics. Runs on asyncio's own loop and on uvloop alike: only the Transport methods both provide are used (uvloop's
 transports are not `asyncio.Transport` instances, and its `get_extra_info("socket")` is a socket-like object
-that `peer_of` reads the same way). A write's answer may be sent by the worker thread that made it durable
-(memd.early_ack): `send_early` does that only for the oldest answer owed, that the loop has not taken up, with
-nothing the loop wrote still unsent, under the connection's send lock, on a duplicate of its socket made on first
-use and closed when the connection is lost (so a closed connection's number is never written to). The worker
-calls no transport method: what is buffered is a flag the loop keeps.
-Imports memd.peercred, memd.handlers, memd.early_ack, memd.protocol and memd.errors.
+that `peer_of` reads the same way). The answers themselves, in request order, and the send a write's worker makes
+itself once the write is durable (memd.early_ack), are each connection's `Outbox` (memd.outbox).
+Imports memd.peercred, memd.handlers, memd.early_ack, memd.outbox, memd.protocol and memd.errors.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
@@ -44,6 +38,7 @@ from memd.errors import (
     MemdError,
 )
 from memd.handlers import Peer
+from memd.outbox import Outbox, Reply
 from memd.peercred import peer_of
 
 log = logging.getLogger(__name__)
@@ -51,8 +46,6 @@ MAX_IN_FLIGHT_PER_CONNECTION = 64  # beyond this, stop reading from the client u
 # Lines one connection dispatches per loop turn. A taskless read is answered at once and never counts as in
 # flight, so without this one client pipelining heavy reads would hold the loop for the whole chunk it sent.
 MAX_LINES_PER_TURN = MAX_IN_FLIGHT_PER_CONNECTION
-
-_SEND_EARLY = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL  # never block the worker; a closed peer is an error
 
 # The peer of a connection not (yet) admitted; no policy ever sees it (uid -1 is no one's uid).
 UNIDENTIFIED = Peer(pid=0, uid=-1, gid=-1)
@@ -132,34 +125,13 @@ class Server:
             await self._server.wait_closed()
 
 
-class _Reply:
-    """One response slot, in request order: bytes to send, None for a notification, unset while pending. `early`:
-    the answer a worker sent itself (`early_sent` bytes of it went out; the loop sends the rest)."""
-
-    __slots__ = ("answered", "claimed", "done", "early", "early_sent", "payload", "started")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.claimed = False  # the loop took the answer up (under the send lock): no worker sends it any more
-        self.payload: bytes | None = None
-        self.started = time.perf_counter()
-        self.early: bytes | None = None
-        self.early_sent = 0
-        self.answered = 0.0  # when a worker sent the early answer (perf_counter)
-
-    def set(self, payload: bytes | None) -> None:
-        self.payload = payload
-        self.done = True
-
-
 class Connection(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.peer = UNIDENTIFIED
         self.buffer = bytearray()
-        self.responses: deque[_Reply] = deque()
-        self.in_flight = 0
+        self.outbox = Outbox()  # the answers owed, in request order (sent by the loop, or by a write's worker)
         self.generation = 0  # the server's generation this peer was last admitted under
         self.closing = True  # until connection_made admits the peer: nothing it sends is read before that
         self.last_active = 0.0
@@ -168,13 +140,11 @@ class Connection(asyncio.Protocol):
         self._writes_blocked = False  # the client is not reading its responses
         self._processing = False
         self._continuing = False  # a loop turn is booked for lines this connection could not dispatch yet
-        # Sends from worker threads (send_early) and from the loop (_flush) take turns on this lock, so answers
-        # never interleave; the worker writes to a duplicate of the socket, closed under the lock at the end.
-        self._send_lock = threading.Lock()
-        self._fd = -1  # the connection's socket, open until connection_lost (both loops close it after)
-        self._early_socket: socket.socket | None = None  # its duplicate, made by the first early send
-        self._lost = False
-        self._unsent = False  # the loop's last write left bytes in the transport (kept by the loop, under the lock)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests whose answers are owed (dispatched, or answered and not yet flushed)."""
+        return self.outbox.owed
 
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
@@ -201,9 +171,9 @@ class Connection(asyncio.Protocol):
         server.stats["accepted"] += 1
         self.generation = server.generation
         try:
-            self._fd = transport.get_extra_info("socket").fileno()
+            self.outbox.attach(transport.get_extra_info("socket").fileno())
         except (AttributeError, OSError):  # no socket to reach: this connection is answered by the loop only
-            self._fd = -1
+            self.outbox.attach(-1)
         self.closing = False
         server.connections.add(self)
         self.last_active = asyncio.get_running_loop().time()
@@ -211,8 +181,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        if self._unsent:
-            self._check_unsent()
+        self.outbox.check_unsent(self.transport)
         self.buffer += data
         self._process_buffer()
 
@@ -283,11 +252,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.discard(self)
-        with self._send_lock:
-            self._lost = True
-            early, self._early_socket = self._early_socket, None
-        if early is not None:
-            early.close()
+        self.outbox.lost()
 
     def pause_writing(self) -> None:  # the client does not read its responses: stop reading its requests
         self._writes_blocked = True
@@ -295,7 +260,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:  # asyncio calls this once, when the buffer drained below its low mark
         self._writes_blocked = False
-        self._check_unsent()
+        self.outbox.check_unsent(self.transport)
         self._maybe_resume()
 
     # --- requests -------------------------------------------------------------------------------------------
@@ -304,9 +269,7 @@ class Connection(asyncio.Protocol):
         if self.generation != self.server.generation and not self._readmit():
             return
         self.server.stats["requests"] += 1
-        reply = _Reply()
-        self.responses.append(reply)
-        self.in_flight += 1
+        reply = self.outbox.add()
         try:
             request = protocol.parse_request(line)
         except protocol.ProtocolError as exc:
@@ -337,7 +300,7 @@ class Connection(asyncio.Protocol):
         )
         return False
 
-    def _step(self, reply: _Reply, request: protocol.Request, coro: Coroutine[Any, Any, Any]) -> None:
+    def _step(self, reply: Reply, request: protocol.Request, coro: Coroutine[Any, Any, Any]) -> None:
         """Run a handler without a Task: up to its next await now, the rest when the awaited future is done.
         A read answers within the loop turn that received it; a write costs no loop turns beyond the writer's."""
         try:
@@ -358,16 +321,15 @@ class Connection(asyncio.Protocol):
             error = RuntimeError(f"{request.method} awaited {awaited!r}, which only a Task can drive")
             self._finish(reply, request, None, error)
 
-    def _finish_task(self, reply: _Reply, request: protocol.Request, task: asyncio.Task[Any]) -> None:
+    def _finish_task(self, reply: Reply, request: protocol.Request, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
             self._finish(reply, request, None, asyncio.CancelledError())
         else:
             exc = task.exception()
             self._finish(reply, request, None if exc is not None else task.result(), exc)
 
-    def _finish(self, reply: _Reply, request: protocol.Request, result: Any, exc: BaseException | None) -> None:
-        with self._send_lock:  # from here on no worker sends this answer: the loop's and the worker's never race
-            reply.claimed = True
+    def _finish(self, reply: Reply, request: protocol.Request, result: Any, exc: BaseException | None) -> None:
+        self.outbox.claim(reply)  # from here on no worker sends this answer: the loop's and the worker's never race
         if reply.early is not None:  # a worker answered once the write was durable; this is the loop catching up
             self._finish_early(reply, request, exc)
             return
@@ -397,7 +359,7 @@ class Connection(asyncio.Protocol):
             self.server.observe(request.method, code, time.perf_counter() - reply.started)
         self._flush()
 
-    def _finish_early(self, reply: _Reply, request: protocol.Request, exc: BaseException | None) -> None:
+    def _finish_early(self, reply: Reply, request: protocol.Request, exc: BaseException | None) -> None:
         if exc is not None and not isinstance(exc, asyncio.CancelledError):  # after a durable, answered write
             log.error("%s failed after its write was durable and answered", request.method, exc_info=exc)
         reply.set(reply.early)
@@ -411,54 +373,13 @@ class Connection(asyncio.Protocol):
         return protocol.encode_result(request_id, result)
 
     def send_early(self, slot: Any, payload: bytes) -> bool:
-        """From the worker thread that made a write durable: send `payload` as `slot`'s answer if it is the oldest
-        answer owed and nothing is buffered ahead of it. Never blocks: a full socket buffer (EAGAIN) or a gone
-        peer leaves the answer to the loop."""
-        with self._send_lock:
-            if (
-                self._lost
-                or self.closing
-                or self._fd < 0
-                or self._unsent
-                or slot.claimed  # the loop has taken the answer up: it sends it
-                or not self.responses
-                or self.responses[0] is not slot
-            ):
-                return False
-            try:
-                if self._early_socket is None:  # open: connection_lost, which both loops call before closing it, is not
-                    self._early_socket = socket.socket(fileno=os.dup(self._fd))
-                sent = self._early_socket.send(payload, _SEND_EARLY)
-            except OSError:  # EAGAIN (the client's buffer is full), a gone peer, out of descriptors: the loop answers
-                return False
-            slot.early, slot.early_sent, slot.answered = payload, sent, time.perf_counter()
-            return True
+        """From the worker thread that made a write durable (memd.early_ack.Outlet): see Outbox.send_early."""
+        return self.outbox.send_early(slot, payload, self.closing)
 
     def _flush(self) -> None:
-        """Write every finished response at the head of the queue (responses keep request order); of one a
-        worker sent, what it could not."""
-        out: list[bytes] = []
-        with self._send_lock:
-            while self.responses and self.responses[0].done:
-                reply = self.responses.popleft()
-                self.in_flight -= 1
-                if reply.early is not None:
-                    if reply.early_sent < len(reply.early):
-                        out.append(reply.early[reply.early_sent :])
-                elif reply.payload is not None:
-                    out.append(reply.payload)
-            if out and self.transport is not None and not self.transport.is_closing():
-                self.transport.write(b"".join(out))
-                self._unsent = bool(self.transport.get_write_buffer_size())
+        self.outbox.flush(self.transport)
         self.last_active = asyncio.get_running_loop().time()
         self._maybe_resume()
-
-    def _check_unsent(self) -> None:
-        """On the loop: is what it wrote all in the kernel now? Until then no worker sends on this connection."""
-        transport = self.transport
-        if transport is not None and not transport.get_write_buffer_size():
-            with self._send_lock:
-                self._unsent = False
 
     def _maybe_resume(self) -> None:
         """After answers were sent or writing resumed: dispatch lines that had to wait, or read again."""
@@ -519,14 +440,11 @@ class Connection(asyncio.Protocol):
         if self.transport is None:
             return
         loop = asyncio.get_running_loop()
-        reply = _Reply()
-        reply.set(protocol.encode_error(None, code, message))
-        self.responses.append(reply)
-        self.in_flight += 1
+        self.outbox.add().set(protocol.encode_error(None, code, message))
         self.transport.pause_reading()
 
         def close_when_answered() -> None:
-            if not all(r.done for r in self.responses):
+            if not self.outbox.all_done():
                 loop.call_later(0.01, close_when_answered)
                 return
             self._flush()
