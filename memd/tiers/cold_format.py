@@ -220,6 +220,109 @@ def _insert_by_lines(document: str, heading: str, line: str) -> tuple[str, int, 
     return document[:insert_at] + line + document[insert_at:], insert_at, line
 
 
+def append_learning_at(document: str, category: str, day: str, text: str) -> tuple[str, int, str] | None:
+    """The learning added at the end of `document` instead of first under its section: under a `## category`
+    heading of its own, appended after a blank line as `insert_learning` makes a new section (`tidy_appended`
+    folds such sections back; each holding its own heading, what is appended after a fold began stays whole).
+    Returns (result, at, added) like `insert_learning_at`, `at` being len(document); None for a document that
+    may hold a fence (an unclosed one would swallow what is appended) or holds nothing yet (the preamble is
+    `insert_learning`'s). Raises ValueError as `insert_learning` does."""
+    line = render_learning(day, text)
+    heading = escape_category(category)
+    if not document or may_fence(document):
+        return None
+    added = ("" if document.endswith("\n") else "\n") + f"\n## {heading}\n{line}"
+    return document + added, len(document), added
+
+
+def _last_heading_line(document: str) -> tuple[int, str] | None:
+    """(where its line starts, its text) of the document's last `## ` heading line."""
+    end = len(document)
+    while True:
+        at = document.rfind("\n##", 0, end)
+        start = at + 1
+        if at < 0:
+            if not document.startswith("##"):
+                return None
+            start = 0
+        line_end = document.find("\n", start)
+        found = _heading_text(document[start : len(document) if line_end < 0 else line_end])
+        if found is not None:
+            return start, found
+        if at < 0:
+            return None
+        end = at
+
+
+def ends_untidy(document: str) -> bool:
+    """Does the document end with a section whose heading an earlier section has too (what `append_learning_at`
+    leaves under a burst of learnings; `tidy_appended` folds such sections back)? For a document without
+    fences: a look from the end and a search for the heading's text, not a read of every line."""
+    last = _last_heading_line(document)
+    if last is None:
+        return False
+    start, heading = last
+    at = document.find(heading, 0, start)
+    while at >= 0:
+        line_start = document.rfind("\n", 0, at) + 1
+        line_end = document.find("\n", at)
+        if _heading_text(document[line_start:line_end]) == heading:
+            return True
+        at = document.find(heading, line_end, start)
+    return False
+
+
+def tidy_appended(document: str) -> str | None:
+    """The document with the sections `append_learning_at` appended folded back: from the first section that
+    repeats an earlier heading, in the run of sections at the end that hold nothing but learning lines and blank
+    lines, each such repeat is removed (with the blank line before its heading) and its learnings go first under
+    the first section of that heading, the last appended on top: where `insert_learning` would have put them one
+    by one. Every other line stays as it was. None when there is nothing to fold, or the document holds a
+    fence. A section a person wrote twice, with only learnings in both and nothing but such sections after it,
+    is folded too (its learnings stay, under their heading)."""
+    lines = _split_lines(document)
+    if may_fence(document) and _fenced_lines(lines):  # a "```" inside a learning's text is no fence
+        return None
+    heads = [(number, found) for number, raw in enumerate(lines) if (found := _heading_text(raw)) is not None]
+    ends = [heads[k + 1][0] for k in range(len(heads) - 1)] + [len(lines)]
+    learnings_only = len(heads)  # the first section of the run at the end that holds only learnings
+    for k in range(len(heads) - 1, -1, -1):
+        body = lines[heads[k][0] + 1 : ends[k]]
+        if any(raw.strip() and not _LEARNING_RE.fullmatch(_content(raw)) for raw in body):
+            break
+        learnings_only = k
+    first_of: dict[str, int] = {}
+    for k, (_, found) in enumerate(heads):
+        first_of.setdefault(found, k)
+    repeats = [k for k in range(learnings_only, len(heads)) if first_of[heads[k][1]] != k]
+    if not repeats:
+        return None
+    removed: set[int] = set()
+    moved: dict[int, list[str]] = {}  # the first section's index -> the learning lines to put first under it
+    for k in repeats:
+        number, found = heads[k]
+        moved.setdefault(first_of[found], []).extend(raw for raw in lines[number + 1 : ends[k]] if raw.strip())
+        removed.update(n for n in range(number, ends[k]) if n == number or lines[n].strip())
+        if number and not lines[number - 1].strip():
+            removed.add(number - 1)  # the blank line a new section starts with
+    place: dict[int, list[str]] = {}  # line number -> lines to put before it
+    for k, learned in moved.items():
+        number = heads[k][0]
+        at = number + 1
+        for n in range(number + 1, ends[k]):  # prose between the heading and its first learning stays above it
+            if _LEARNING_RE.fullmatch(_content(lines[n])):
+                at = n
+                break
+        place[at] = learned[::-1]
+    out: list[str] = []
+    for n, raw in enumerate(lines):
+        out.extend(place.get(n, ()))
+        if n not in removed:
+            out.append(raw)
+    out.extend(place.get(len(lines), ()))
+    return "\n".join(out)
+
+
 def may_fence(document: str) -> bool:
     return "```" in document or "~~~" in document
 
