@@ -94,7 +94,6 @@ class Workspace:
         self._adopting = False  # a worker thread is reading outside changes in; reads serve the last good state
         self._fold_timer: asyncio.TimerHandle | None = None  # folds the learnings a burst appended (_fold_cold)
         self._folding: set[asyncio.Task[None]] = set()
-        self._closing = False
         self.planner = TierPlanner(
             self.name, self.hot, self.warm, self.cold, self.proposals, clock, config.warm.timezone
         )
@@ -174,15 +173,10 @@ class Workspace:
             self.warm.reconfigure(limits.warm_day_max_bytes)
 
     async def close(self) -> None:
-        """Fold what a burst of learnings appended (a stopped daemon leaves MEMORY.md as inserting would have), stop
-        taking writes and wait until every queued one is durable or failed."""
-        self._closing = True
+        """Stop taking writes and wait until every queued one is durable or failed."""
         if self._fold_timer is not None:
             self._fold_timer.cancel()
             self._fold_timer = None
-        if self._folding:
-            await asyncio.gather(*self._folding, return_exceptions=True)
-        await self._fold_cold()
         await self.writer.close()
 
     @property
@@ -229,8 +223,6 @@ class Workspace:
         self.sink.changed(self, tiers, "write")
 
     def _arm_fold(self, delay: float) -> None:
-        if self._closing:  # close() folds what is left itself
-            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # published outside a loop (a test's direct call): the next append arms it

@@ -325,16 +325,3 @@ def test_an_append_is_not_cut_off_once_someone_else_wrote_after_it(tmp_path: Pat
     fresh = fsio.durable_append(memory, b"- [2024-01-01] another\n")
     assert fsio.undo_append(memory, len(before), fresh)  # alone after it: cut
     assert memory.read_bytes() == before
-
-
-def test_a_workspace_closed_in_the_middle_of_a_burst_leaves_memory_md_folded(ws: Workspace) -> None:
-    async def burst_then_stop() -> None:
-        for category, text in BURST:
-            await ws.write(learn(category, text))
-        assert cold_format.ends_untidy(memory_md(ws).read_text("utf-8"))
-        await ws.close()  # what the daemon does at SIGTERM, long before the fold's 2 s are up
-
-    asyncio.run(burst_then_stop())
-
-    assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, BURST)
-    assert ws._fold_timer is None
