@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from memd import fsio_batch
 from memd.early_ack import EarlyAck
-from memd.tiers import cold_format, cold_store, hot_format, warm_format
+from memd.tiers import cold_format, hot_format, warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_format import HotDoc
 from memd.tiers.hot_store import HotStore, HotWrites
@@ -46,7 +46,6 @@ class Draft:
     # batch in one insertion at a time (ColdStore.commit) instead of counting and parsing MEMORY.md again.
     cold_inserts: list[tuple[str, int, str, str]] = field(default_factory=list)
     _fence_free_cold: str | None = None  # a draft text of MEMORY.md known to hold no fence (its insertions added none)
-    cold_fold: cold_store.Fold | None = None  # the fold of appended sections this batch makes (fold_cold)
     normalize_hot: bool = False  # move memd's keys to hot/memd.json and the article's to hot/context.json
     _proposals_store: ProposalsStore | None = None
     proposals: str | None = None  # cold/PROPOSED.md's text; None: no edit touched it
@@ -83,38 +82,15 @@ class Draft:
         return entry
 
     def learn(self, category: str, text: str, day: str | None = None) -> str:
-        """Add a learning dated `day` (default: today) to cold/MEMORY.md: first under its section, or, in a burst
-        of learnings into a big file and while what a burst appended is there, at the end under its own heading
-        (memd.tiers.cold_store.FLOOD_SECONDS). A small file's appended sections are folded back first. Returns
-        its date."""
+        """Insert a learning dated `day` (default: today) into cold/MEMORY.md. Returns its date."""
         before = self.edit_cold()
         day = day or self.local.date().isoformat()
-        store = self._cold_store
-        free = before is self._fence_free_cold or store.fence_free(before)
-        big = len(before) >= cold_store.APPEND_FROM_CHARS
-        made = None
-        if free and big and (store.flooding(before) or cold_format.ends_untidy(before)):
-            made = cold_format.append_learning_at(before, category, day, text)
-        elif not big and cold_format.ends_untidy(before):
-            tidied = cold_format.tidy_appended(before)
-            if tidied is not None:  # not an insertion: the store counts and parses this small file again
-                before = self.cold = tidied
-        after, at, added = made or cold_format.insert_learning_at(before, category, day, text, fence_free=free)
+        free = before is self._fence_free_cold or self._cold_store.fence_free(before)
+        after, at, added = cold_format.insert_learning_at(before, category, day, text, fence_free=free)
         self.cold_inserts.append((before, at, added, after))
         self.cold = after
         self._fence_free_cold = after if free and not cold_format.may_fence_after(before, at, added) else None
         return day
-
-    def fold_cold(self, fold: cold_store.Fold) -> bool:
-        """Fold the sections a burst of learnings appended back under their first sections, as `fold` (made off
-        the loop by ColdStore.prepare_fold) has them, with whatever was appended since after it. Returns whether
-        it could (not when something else changed the file since the fold was made)."""
-        made = self._cold_store.folded(fold, self.edit_cold())
-        if made is None:
-            return False
-        self.cold, self.cold_fold = made.text, made
-        self.cold_inserts.clear()  # insertions made before it in this batch are in the fold
-        return True
 
     def edit_cold(self) -> str:
         """The current draft text of cold/MEMORY.md, after checking that the file is writable (not corrupt)."""

@@ -270,22 +270,6 @@ def durable_append(path: Path, data: bytes, mode: int = 0o644, expected_size: in
     return Fingerprint.of_stat(st)
 
 
-def undo_append(path: Path, size_before: int, after: Fingerprint) -> bool:
-    """Cut off an append `durable_append` made (its result `after`) when a later write of the same batch failed,
-    so the batch leaves nothing behind: only while the file is exactly as that append left it (same inode, same
-    size; someone else's bytes after it are never cut). Returns whether it was cut."""
-    fd = os.open(path, os.O_WRONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if st.st_ino != after.ino or st.st_size != after.size:
-            return False
-        os.ftruncate(fd, size_before)
-        os.fsync(fd)
-        return True
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:

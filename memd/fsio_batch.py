@@ -42,11 +42,8 @@ class FileWrite:
     """One durable change in a batch: append `data` to `path`, or replace `path` with it.
 
     A `guarded` replace is published only over `expected`, the bytes its batch was planned from (None: the file
-    did not exist); anything else there raises OutsideChange. A `guarded` append is made only to the file its
-    batch was planned from, as `expected_fingerprint` says it looked, and raises OutsideChange otherwise (what it
-    appends must go under the file's last line as memd read it: cold/MEMORY.md's last section). An append with
-    `expected_size` that finds the file grown by someone else whose last line is still open starts on a new line
-    instead of gluing onto it."""
+    did not exist); anything else there raises OutsideChange. An append with `expected_size` that finds the file
+    grown by someone else whose last line is still open starts on a new line instead of gluing onto it."""
 
     path: Path
     data: bytes
@@ -54,7 +51,6 @@ class FileWrite:
     guarded: bool = False
     expected: bytes | None = None
     expected_size: int | None = None
-    expected_fingerprint: fsio.Fingerprint | None = None
 
 
 @dataclass(slots=True)
@@ -69,16 +65,14 @@ class _Staged:
 def apply_writes(writes: Iterable[FileWrite]) -> list[fsio.Fingerprint]:
     """Apply a batch (runs in a worker thread) and return one fingerprint per write, in order.
 
-    Every replace is staged first (temp file written and fsynced), then published, then the appends are made,
-    guarded ones first. Guarded writes go in all or none: a conflict undoes the replaces already published and
-    raises OutsideChange before any append, so the writer can plan the whole batch again; a failed append puts
-    the displaced files back and cuts the guarded appends made off again, so a batch that fails leaves its
-    guarded files as they were. Raises on the first failure."""
+    Every replace is staged first (temp file written and fsynced), then published, then the appends are made.
+    Guarded replaces go in all or none: a conflict undoes those already published and raises OutsideChange before
+    any append, so the writer can plan the whole batch again; a failed append puts the displaced files back too,
+    so a batch that fails leaves its guarded files as they were. Raises on the first failure."""
     writes = list(writes)
     staged: dict[int, _Staged] = {}
     published: list[_Staged] = []
     fps: list[fsio.Fingerprint] = []
-    made: list[tuple[FileWrite, fsio.Fingerprint]] = []  # guarded appends made, cut off again if the batch fails
     try:
         for i, w in enumerate(writes):
             if not w.append:
@@ -86,25 +80,12 @@ def apply_writes(writes: Iterable[FileWrite]) -> list[fsio.Fingerprint]:
         for st in staged.values():
             _publish(st)
             published.append(st)
-        appended: dict[int, fsio.Fingerprint] = {}
-        # Guarded appends are checked before any append is made (a batch that must plan again has appended
-        # nothing), and made first, right after: the window a person's save could slip into is the check's stat
-        # and the append's open.
-        for w in writes:
-            if w.append and w.guarded and fsio.fingerprint(w.path) != w.expected_fingerprint:
-                raise OutsideChange(w.path)
-        for guarded in (True, False):
-            for i, w in enumerate(writes):
-                if w.append and w.guarded is guarded:
-                    appended[i] = fsio.durable_append(w.path, w.data, expected_size=w.expected_size)
-                    if guarded:
-                        made.append((w, appended[i]))
         for i, w in enumerate(writes):
-            fps.append(appended[i] if w.append else staged[i].fingerprint)
+            if w.append:
+                fps.append(fsio.durable_append(w.path, w.data, expected_size=w.expected_size))
+            else:
+                fps.append(staged[i].fingerprint)
     except BaseException:
-        for w, after in reversed(made):
-            with contextlib.suppress(OSError):
-                fsio.undo_append(w.path, after.size - len(w.data), after)
         for st in reversed(published):
             with contextlib.suppress(OSError):
                 _unpublish(st)

@@ -30,11 +30,11 @@ from memd.batch import Batch, Edit
 from memd.changes import ChangeSink, NoSink
 from memd.config import LimitsConfig, WorkspaceConfig
 from memd.early_ack import EarlyAck
-from memd.errors import MemdError, StorageError
+from memd.errors import StorageError
 from memd.exclusive import ExclusiveLock
 from memd.planner import Clock, TierPlanner
-from memd.tiers import cold_format, warm_format
-from memd.tiers.cold_store import APPENDED_MAX, TIDY_AFTER_SECONDS, ColdStore
+from memd.tiers import warm_format
+from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_store import HotStore
 from memd.tiers.proposals_store import ProposalsStore
 from memd.tiers.warm_format import WarmEntry
@@ -92,8 +92,6 @@ class Workspace:
         self._exclusive = ExclusiveLock()  # a batch, or a sweep, or an adoption: never two at once
         self._pinned: fsio.PinnedDir | None = None  # the directory open() found, by device and inode
         self._adopting = False  # a worker thread is reading outside changes in; reads serve the last good state
-        self._fold_timer: asyncio.TimerHandle | None = None  # folds the learnings a burst appended (_fold_cold)
-        self._folding: set[asyncio.Task[None]] = set()
         self.planner = TierPlanner(
             self.name, self.hot, self.warm, self.cold, self.proposals, clock, config.warm.timezone
         )
@@ -104,7 +102,7 @@ class Workspace:
             io,
             self._exclusive,
             self._checked_directory,
-            self._committed,
+            lambda tiers: self.sink.changed(self, tiers, "write"),
             self.health,
             clock,
             max_pending,
@@ -174,9 +172,6 @@ class Workspace:
 
     async def close(self) -> None:
         """Stop taking writes and wait until every queued one is durable or failed."""
-        if self._fold_timer is not None:
-            self._fold_timer.cancel()
-            self._fold_timer = None
         await self.writer.close()
 
     @property
@@ -215,51 +210,6 @@ class Workspace:
         """Apply `edit` in the next batch of this workspace's writer; returns its result once it is on disk. With
         `early`, the answer may reach the client from the worker that made it durable (memd.early_ack)."""
         return await self.writer.write(edit, early)
-
-    def _committed(self, tiers: frozenset[str]) -> None:
-        """A batch is durable and acknowledged: arm the fold of learnings it appended, tell the change sink."""
-        if "cold" in tiers and self.cold.appended:
-            self._arm_fold(0.0 if self.cold.appended >= APPENDED_MAX else TIDY_AFTER_SECONDS)
-        self.sink.changed(self, tiers, "write")
-
-    def _arm_fold(self, delay: float) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # published outside a loop (a test's direct call): the next append arms it
-            return
-        if self._fold_timer is not None:
-            self._fold_timer.cancel()
-        self._fold_timer = loop.call_later(delay, self._start_fold)
-
-    def _start_fold(self) -> None:
-        self._fold_timer = None
-        if self._folding:  # one fold at a time: the one running arms the next if anything is left to fold
-            return
-        task = asyncio.get_running_loop().create_task(self._fold_cold())
-        self._folding.add(task)
-        task.add_done_callback(self._folding.discard)
-
-    async def _fold_cold(self) -> None:
-        """Fold the sections a burst of learnings appended to cold/MEMORY.md back under their first sections
-        (memd.tiers.cold_store.TIDY_AFTER_SECONDS): made, counted and parsed in a worker (a big file's count and
-        parse would hold the loop), then written through the writer like any batch, guarded, with whatever was
-        appended meanwhile after it; a person's edit meanwhile is never lost (the next fold takes it in)."""
-        text = self.cold.text
-        if self.cold.error is not None or not cold_format.ends_untidy(text):
-            return
-        try:
-            fold = await asyncio.get_running_loop().run_in_executor(self._io, self.cold.prepare_fold, text)
-            if fold is None or not await self.write(lambda draft: draft.fold_cold(fold)):
-                return
-            log.debug("workspace %s: folded the learnings a burst appended to cold/MEMORY.md", self.name)
-        except MemdError as exc:  # stopping, a corrupt file, a full disk: the next append arms it again
-            log.info("workspace %s: folding appended learnings postponed: %s", self.name, exc.message)
-            return
-        except Exception:
-            log.exception("workspace %s: folding appended learnings failed", self.name)
-            return
-        if self._fold_timer is None and cold_format.ends_untidy(self.cold.text):  # appended while it was made
-            self._arm_fold(TIDY_AFTER_SECONDS)
 
     async def split_hot(self) -> bool:
         """Write the hot tier in its two-file layout: memd's own keys (notes, summary, checkpoint records, version)

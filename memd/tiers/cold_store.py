@@ -9,10 +9,7 @@ Imports memd.fsio, memd.fsio_batch, memd.tokens, memd.errors and the cold format
 from __future__ import annotations
 
 import itertools
-import math
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from memd import fsio, fsio_batch
@@ -21,28 +18,6 @@ from memd.tiers import COLD_MAX_BYTES, cold_format, read_tier_file
 from memd.tiers.cold_format import Learning
 from memd.tiers.cold_learnings import Learnings
 from memd.tokens import TokenCounter
-
-# A learning that comes within FLOOD_SECONDS of the last write of a MEMORY.md of APPEND_FROM_CHARS or more is
-# appended at the end of the file (cold_format.append_learning_at) instead of inserted first under its section,
-# which rewrites the whole file: under a burst of learnings (an agent writing many at once, a runaway loop) the
-# bytes written and fsynced per learning stay the size of the learning, not of MEMORY.md. While appended sections
-# are there, later learnings are appended too. The workspace folds them back (cold_format.tidy_appended, made in
-# a worker: `prepare_fold`) TIDY_AFTER_SECONDS after the last append, or at once after APPENDED_MAX appends.
-APPEND_FROM_CHARS = 64 * 1024
-FLOOD_SECONDS = 2.0
-TIDY_AFTER_SECONDS = 2.0
-APPENDED_MAX = 1000
-
-
-@dataclass(frozen=True)
-class Fold:
-    """MEMORY.md with its appended sections folded back (cold_format.tidy_appended), its tokens counted and its
-    learnings parsed off the loop: `text` is the fold of `base`; `parsed` None when it could not be carried."""
-
-    base: str
-    text: str
-    tokens: int
-    parsed: Learnings | None
 
 
 class ColdStore:
@@ -56,10 +31,7 @@ class ColdStore:
         self.tokens = 0
         self._parsed: Learnings | None = None  # of `text`; None until a read asks
         self._fence_free_text: str | None = None  # a text known to hold no fence (cold_format.may_fence)
-        self._raw: bytes | None = None  # the bytes `text` came from (or was written as): see `raw`
-        self._raw_is_text = False  # `raw` is `text` encoded (after an append: not kept twice)
-        self.last_write = -math.inf  # time.monotonic() of memd's last write of the file
-        self.appended = 0  # learnings appended at the end since the file was last rewritten
+        self.raw: bytes | None = None  # the bytes `text` came from (or was written as): what a publish expects there
 
     def reconfigure(self, max_bytes: int) -> None:
         """A reloaded [limits] cold_max_bytes: files read from now on are held to it."""
@@ -75,15 +47,14 @@ class ColdStore:
         try:
             text = "" if data is None else data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            self._raw, self._raw_is_text = data, False
+            self.raw = data
             self.error = CorruptFile(
                 f"{self.path} is not valid UTF-8 ({exc.reason} at byte {exc.start}); fix it, memd will not rewrite it"
             )
             return
         tokens = self._counter.count(text)
         # The text and the bytes it came from change together (a plan must never pair the new base with old text).
-        self.text, self._raw, self._parsed, self.tokens, self.error = text, data, None, tokens, None
-        self._raw_is_text = False
+        self.text, self.raw, self._parsed, self.tokens, self.error = text, data, None, tokens, None
 
     def refresh(self) -> bool:
         if fsio.fingerprint(self.path) == self.fingerprint:
@@ -121,49 +92,8 @@ class ColdStore:
         """Every learning in file order (do not change the list: it is kept)."""
         return self.parsed.items
 
-    @property
-    def raw(self) -> bytes | None:
-        """The bytes `text` came from, or was written as (None: no file): what a guarded replace expects there."""
-        return self.text.encode("utf-8") if self._raw_is_text else self._raw
-
-    def flooding(self, text: str) -> bool:
-        """Should a learning added to `text` now be appended rather than inserted (see FLOOD_SECONDS)?"""
-        return len(text) >= APPEND_FROM_CHARS and time.monotonic() - self.last_write < FLOOD_SECONDS
-
-    def prepare_fold(self, text: str) -> Fold | None:
-        """In a worker: `text` with its appended sections folded back, counted and parsed (a fold of a big file
-        costs a full count and parse, which must not hold the loop). None when there is nothing to fold."""
-        folded = cold_format.tidy_appended(text)
-        if folded is None:
-            return None
-        return Fold(text, folded, self._counter.count(folded), Learnings.parse(folded))
-
-    def folded(self, fold: Fold, current: str) -> Fold | None:
-        """On the loop: `fold` made good for `current`, the text now (learnings may have been appended since it
-        was prepared: they follow the fold, each under its own heading); None when `current` is not `fold.base`
-        and such appends (a person's edit, an insertion: the next fold takes those in)."""
-        if current is fold.base or current == fold.base:  # (the same text read again is another object)
-            return Fold(current, fold.text, fold.tokens, fold.parsed)
-        suffix = current[len(fold.base) :]
-        if not suffix.startswith("\n## ") or not current.startswith(fold.base) or not fold.text.endswith("\n"):
-            return None
-        text = fold.text + suffix
-        tokens = fold.tokens + self._inserted_tokens(fold.text, len(fold.text), suffix)
-        parsed = fold.parsed.inserted(fold.text, len(fold.text), suffix) if fold.parsed is not None else None
-        return Fold(current, text, tokens, parsed)
-
-    def write_for(self, text: str, inserts: Sequence[tuple[str, int, str, str]] = ()) -> fsio_batch.FileWrite:
-        """The write that makes the file `text`: an append of what `inserts` (a batch's, Draft.cold_inserts) added
-        when each of them was at the end and they lead from the file as memd holds it to `text`, guarded by its
-        fingerprint; otherwise a replace guarded by the bytes the current text came from (a person's `>>`
-        meanwhile is not lost either way)."""
-        steps = _chain(self.text, text, inserts)
-        fp = self.fingerprint
-        if steps and fp is not None and self.error is None and all(at == len(before) for before, at, _ in steps):
-            added = text[len(self.text) :].encode("utf-8")
-            return fsio_batch.FileWrite(
-                self.path, added, append=True, guarded=True, expected_size=fp.size, expected_fingerprint=fp
-            )
+    def write_for(self, text: str) -> fsio_batch.FileWrite:
+        """A replace guarded by the bytes the current text came from (a person's `>>` meanwhile is not lost)."""
         return fsio_batch.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
 
     def commit(
@@ -172,42 +102,31 @@ class ColdStore:
         write: fsio_batch.FileWrite,
         fp: fsio.Fingerprint,
         inserts: Sequence[tuple[str, int, str, str]] = (),
-        fold: Fold | None = None,
     ) -> None:
-        """Record a durable write. Tokens grow by what each insertion added (lines, headings, preamble), and the
+        """Record a durable rewrite. Tokens grow by what each insertion added (lines, headings, preamble), and the
         parsed learnings by each learning inserted: `inserts` are a batch's insertions in order (Draft.learn), taken
-        one at a time when they lead from the text memd held (or from `fold`'s, a fold the batch made first) to
-        `text`; otherwise the edit is compared whole (one insertion found, or a recount and a parse on the next
-        read)."""
-        start, tokens, parsed = self.text, self.tokens, self._parsed
-        if fold is not None:
-            start, tokens, parsed = fold.text, fold.tokens, fold.parsed
-        steps = _chain(start, text, inserts)
+        one at a time when they lead from the text memd held to `text`; otherwise the edit is compared whole
+        (one insertion found, or a recount and a parse on the next read)."""
+        steps = _chain(self.text, text, inserts)
+        parsed = self._parsed
         if steps is None:
-            at, added = insertion_point(start, text)
-            steps = [(start, at, added)] if added else []
-            if not added and text is not start:
-                tokens += self._counter.count(text) - self._counter.count(start)
+            at, added = insertion_point(self.text, text)
+            steps = [(self.text, at, added)] if added else []
+            if not added:
+                self.tokens += self._counter.count(text) - self._counter.count(self.text)
                 parsed = None
         free = bool(steps) and self.fence_free(steps[0][0])
         for before, at, added in steps:
-            tokens += self._inserted_tokens(before, at, added)
+            self.tokens += self._inserted_tokens(before, at, added)
             if parsed is not None:
                 parsed = parsed.inserted(before, at, added, fence_free=free)
             free = free and not cold_format.may_fence_after(before, at, added)
         self._fence_free_text = text if free else None
         self.text = text
-        self.tokens = tokens
-        if write.append:
-            self._raw, self._raw_is_text = None, True
-            self.appended += len(steps)
-        else:
-            self._raw, self._raw_is_text = write.data, False
-            self.appended = 0
+        self.raw = write.data
         self.fingerprint = fp
         self._parsed = parsed
         self.error = None
-        self.last_write = time.monotonic()
 
     def _inserted_tokens(self, old: str, at: int, added: str) -> int:
         """Tokens an insertion of `added` at `at` into `old` added, counted with the neighbouring lines so merges at
