@@ -49,6 +49,7 @@ from memd.registry import Registry
 from memd.search.service import SearchService
 from memd.server import Limits, Server
 from memd.snapshots import Snapshotter
+from memd.stoppable import Stoppable
 from memd.summarizer import ExtractiveSummarizer, Summarizer
 from memd.sync import Syncer
 from memd.tokens import TokenCounter
@@ -86,6 +87,7 @@ class Daemon:
         self.git_io = ThreadPoolExecutor(max_workers=GIT_THREADS, thread_name_prefix="memd-git")
         # ...and a repack (seconds, at the lowest CPU priority) has one of its own: it never holds up a snapshot.
         self.gc_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memd-git-gc")
+        self.background = Stoppable()  # the processes gc_io runs, which a stop ends rather than waits for
         self._counters: dict[str, TokenCounter] = {}
         self.snapshots = Snapshotter(
             config.snapshot, config.daemon.state_dir, self.git_io, config.snapshot.adopt_existing
@@ -235,6 +237,10 @@ class Daemon:
         if self.server is not None:
             self.server.stop_accepting()
         self.jobs.shutdown()
+        if (
+            ended := self.background.stop()
+        ):  # a `git gc` under way holds its repository's lock: the last snapshot needs it
+            log.info("ended %d background git process(es) (a snapshot gc): memd is stopping", ended)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.checkpoints.drain(), min(timeout, 5.0))
         with contextlib.suppress(TimeoutError):
@@ -307,7 +313,9 @@ class Daemon:
         if self.config.snapshot.enabled and self.config.snapshot.gc_interval_seconds > 0:
             keep.add("snapshot-gc")
             jobs.every(
-                "snapshot-gc", self.config.snapshot.gc_interval_seconds, lambda: self.snapshots.maintain_all(self.gc_io)
+                "snapshot-gc",
+                self.config.snapshot.gc_interval_seconds,
+                lambda: self.snapshots.maintain_all(self.gc_io, self.background),
             )
         jobs.every(
             "budget-scan",

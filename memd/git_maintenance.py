@@ -7,7 +7,8 @@ loose object (at 200 writes/s a repository grew by 190 MB in 15 minutes). `maint
 objects (a directory listing, no git process) and runs `git gc` once they pass LOOSE_OBJECTS_MAX or
 LOOSE_BYTES_MAX: in the pack, a day file's successive versions are stored as deltas of each other. gc runs at the
 lowest CPU priority with one pack thread; it keeps git's default grace for unreachable objects (two weeks), so
-nothing a concurrent git has just written is pruned. Imports memd.gitrepo.
+nothing a concurrent git has just written is pruned. A stopping daemon ends a gc under way (memd.stoppable):
+git leaves the repository as it was, and the next gc starts over. Imports memd.gitrepo and memd.stoppable.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memd.gitrepo import GitRepo
+from memd.stoppable import Stoppable
 
 LOOSE_OBJECTS_MAX = 1000  # git's own `gc --auto` waits for 6,700, but counts objects, not bytes
 LOOSE_BYTES_MAX = 64 * 1024 * 1024
@@ -50,12 +52,13 @@ def loose_objects(git_dir: Path) -> Loose:
     return Loose(count, size)
 
 
-def maintain(repo: GitRepo) -> Loose | None:
+def maintain(repo: GitRepo, stoppable: Stoppable | None = None) -> Loose | None:
     """`git gc` where the loose objects are due; returns what was loose before, or None when nothing was done
-    (below the thresholds, or a repository memd did not make: its owner's git packs it as they configured)."""
+    (below the thresholds, or a repository memd did not make: its owner's git packs it as they configured).
+    `stoppable`: a stopping daemon ends the gc (GitInterrupted) rather than waiting for it."""
     before = loose_objects(repo.git_dir)
     if not before.due or not repo.managed():
         return None
     repo.check_safe()  # not in the middle of a person's merge or rebase
-    repo.run_niced("-c", "pack.threads=1", "gc", "--quiet", timeout=GC_TIMEOUT)
+    repo.run_niced("-c", "pack.threads=1", "gc", "--quiet", timeout=GC_TIMEOUT, stoppable=stoppable)
     return before

@@ -20,7 +20,7 @@ Every call: a timeout, `GIT_TERMINAL_PROMPT=0`, an explicit identity, hooks disa
 
 The locks git leaves (waiting for a live git's `index.lock`, removing the ones a killed git left): memd.git_locks.
 Reading the history back (log, a file at a commit, diffs): memd.git_history.
-Imports memd.errors, memd.fsio, memd.git_locks and memd.git_objects.
+Imports memd.errors, memd.fsio, memd.git_locks, memd.git_objects and memd.stoppable.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from pathlib import Path
 
 from memd import fsio, git_locks, git_objects
 from memd.errors import MemdError, Unavailable
+from memd.stoppable import ProcessStopped, Stoppable
 
 GIT_TIMEOUT = 30.0
 TRAILERS = (
@@ -89,6 +90,10 @@ class GitError(MemdError):
 
 class RepoUnsafe(GitError):
     """A merge, rebase or similar is in progress: memd will not commit into the middle of it."""
+
+
+class GitInterrupted(GitError):
+    """A background git (a gc) ended because memd is stopping: nothing is wrong with the repository."""
 
 
 class GitMissing(Unavailable):
@@ -223,10 +228,11 @@ class GitRepo:
     def run(self, *args: str, check: bool = True, timeout: float = GIT_TIMEOUT, input: bytes | None = None) -> bytes:
         return self._exec(args, check, timeout, input).stdout
 
-    def run_niced(self, *args: str, timeout: float = GIT_TIMEOUT) -> bytes:
+    def run_niced(self, *args: str, timeout: float = GIT_TIMEOUT, stoppable: Stoppable | None = None) -> bytes:
         """git at the lowest CPU priority, its children too (`nice -n 19` where `nice` exists): background work
-        such as a repack must not take the CPU from acknowledgements."""
-        return self._exec(args, True, timeout, None, niced=True).stdout
+        such as a repack must not take the CPU from acknowledgements. With `stoppable`, a stopping daemon ends it
+        (GitInterrupted) instead of waiting for it."""
+        return self._exec(args, True, timeout, None, niced=True, stoppable=stoppable).stdout
 
     def returncode(self, *args: str) -> int:
         return self._exec(args, False, GIT_TIMEOUT, None).returncode
@@ -247,6 +253,7 @@ class GitRepo:
         input: bytes | None,
         env: Mapping[str, str] | None = None,
         niced: bool = False,
+        stoppable: Stoppable | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
         self.check_root()
         nice = shutil.which("nice") if niced else None
@@ -275,15 +282,20 @@ class GitRepo:
             *args,
         ]  # fmt: skip
         try:
-            out = subprocess.run(
-                cmd,
-                cwd=self.work_tree,
-                env={**self.env(), **(env or {})},
-                capture_output=True,
-                timeout=timeout,
-                input=input,
-                check=False,
-            )
+            if stoppable is not None:
+                out = stoppable.run(cmd, cwd=self.work_tree, env={**self.env(), **(env or {})}, timeout=timeout)
+            else:
+                out = subprocess.run(
+                    cmd,
+                    cwd=self.work_tree,
+                    env={**self.env(), **(env or {})},
+                    capture_output=True,
+                    timeout=timeout,
+                    input=input,
+                    check=False,
+                )
+        except ProcessStopped as exc:
+            raise GitInterrupted(f"git {args[0]} in {self.git_dir}: {exc}") from None
         except FileNotFoundError:
             raise GitMissing(f"git binary {self.git} is gone: snapshots are disabled") from None
         except subprocess.TimeoutExpired:

@@ -41,8 +41,9 @@ from memd import fsio, git_maintenance, git_mirror, git_staging
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
 from memd.errors import MemdError, StorageError, Unavailable
-from memd.gitrepo import GIT_TIMEOUT, GitError, GitMissing, GitRepo, RepoUnsafe, find_git
+from memd.gitrepo import GIT_TIMEOUT, GitError, GitInterrupted, GitMissing, GitRepo, RepoUnsafe, find_git
 from memd.retention import Held
+from memd.stoppable import Stoppable
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -462,24 +463,31 @@ class Snapshotter:
 
     # --- maintenance -----------------------------------------------------------------------------------------
 
-    async def maintain_all(self, executor: Executor) -> dict[str, str]:
+    async def maintain_all(self, executor: Executor, stoppable: Stoppable) -> dict[str, str]:
         """Pack the loose objects of each repository memd made where snapshots have piled them up
         (memd.git_maintenance; the `snapshot-gc` job). One repository at a time, holding its lock (its snapshots
         wait, writes do not), in `executor`: a gc may take seconds and must not hold up the snapshot threads. A
-        repository without a commit since the last look is not looked at again."""
+        repository without a commit since the last look is not looked at again. A stop ends the gc under way
+        through `stoppable`, so that the shutdown snapshot does not wait for it, and starts no other."""
         results: dict[str, str] = {}
         loop = asyncio.get_running_loop()
         for name, ws in list(self._workspaces.items()):
             state = self._states[name]
             if state.repo is None or state.commits == state.packed_at_commits:
                 continue
+            if stoppable.stopping:
+                break
             async with state.lock:
                 repo, state.packed_at_commits = state.repo, state.commits
                 if repo is None:
                     continue
                 try:
                     ws.check_identity()
-                    before = await loop.run_in_executor(executor, git_maintenance.maintain, repo)
+                    before = await loop.run_in_executor(executor, git_maintenance.maintain, repo, stoppable)
+                except GitInterrupted:
+                    log.info("workspace %s: packing the snapshot repository ended: memd is stopping", name)
+                    results[name] = "interrupted"
+                    break
                 except (GitError, StorageError, OSError) as exc:
                     message = getattr(exc, "message", None) or str(exc)
                     log.warning("workspace %s: packing the snapshot repository failed: %s", name, message)

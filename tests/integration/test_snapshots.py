@@ -144,8 +144,9 @@ def take_index_lock(git_dir: Path) -> Path:
 def instrumented_git(directory: Path) -> dict[str, str]:
     """A `git` first on PATH that leaves marker files in `directory` and, while `directory/slow` exists, makes the
     repository lookup (`rev-parse --is-inside-work-tree`) take 1.5 s, like a big repository on a slow disk; while
-    `directory/gate` exists, `add` waits (leaving `directory/adding`): a snapshot's staging held open. Returns the
-    env for a daemon that should use it."""
+    `directory/gate` exists, `add` waits (leaving `directory/adding`): a snapshot's staging held open; while
+    `directory/gc-gate` exists, `gc` runs on (leaving `directory/gc`). Returns the env for a daemon that should
+    use it."""
     directory.mkdir(parents=True, exist_ok=True)
     wrapper = directory / "git"
     wrapper.write_text(
@@ -154,6 +155,9 @@ def instrumented_git(directory: Path) -> dict[str, str]:
         f'  *" --is-inside-work-tree "*) : > "{directory}/locating"; [ -e "{directory}/slow" ] && sleep 1.5;;\n'
         f'  *" ls-tree "*) : > "{directory}/ls-tree";;\n'
         f'  *" add "*) while [ -e "{directory}/gate" ]; do : > "{directory}/adding"; sleep 0.01; done;;\n'
+        # A gc of a big history: runs while `gc-gate` exists (at most a minute, should nothing end it).
+        f'  *" gc "*) : > "{directory}/gc"; i=0; while [ -e "{directory}/gc-gate" ] && [ $i -lt 1200 ]; do\n'
+        "      sleep 0.05; i=$((i + 1)); done;;\n"
         "esac\n"
         f'exec "{GIT}" "$@"\n'
     )
@@ -714,6 +718,43 @@ def test_the_gc_job_packs_a_repository_that_snapshots_filled_with_loose_objects(
     assert git(d.workspace("w"), f"--git-dir={git_dir}", "show", "HEAD:cold/notes/999.txt") == "note 999\n"
     job = d.call("status")["jobs"]["snapshot-gc"]
     assert job["errors"] == 0 and job["runs"] >= 1
+
+
+def test_a_stop_ends_a_gc_under_way_and_still_makes_its_last_snapshot(
+    make_daemon: MakeDaemon, short_root: Path
+) -> None:
+    """A first gc of a big history runs for minutes and holds its repository's lock, which the stop's last snapshot
+    needs: waiting for it outlasts systemd's stop timeout, and the daemon is killed with its last writes never
+    committed. A stop ends the gc; the repository stays sound, and a later gc packs it."""
+    marks = short_root / "git-marks"
+    env = instrumented_git(marks)
+    (marks / "gc-gate").touch()
+    root = short_root / "gcstop"
+    snapshot = {**FAST, "gc_interval_seconds": 0.2}
+    d = make_daemon("gcstop", config=base_config(root, workspaces={"w": root / "ws" / "w"}, snapshot=snapshot), env=env)
+    try:
+        d.call("warm.log", workspace="w", action="before the notes")
+        notes = d.workspace("w") / "cold" / "notes"
+        notes.mkdir()
+        for i in range(1000):
+            (notes / f"{i}.txt").write_text(f"note {i}\n")
+        git_dir = git_dir_of(d, "w")
+        wait_for(lambda: (marks / "gc").exists(), "the gc job to start a gc", DEADLINE)
+        d.call("warm.log", workspace="w", action="written while the gc ran")
+
+        assert d.stop(timeout=DEADLINE) == 0
+    finally:
+        (marks / "gc-gate").unlink()
+    assert "ended 1 background git process(es) (a snapshot gc): memd is stopping" in d.log()
+    day = sorted((d.workspace("w") / "warm").glob("*.md"))[-1].name
+    assert "written while the gc ran" in git(d.workspace("w"), f"--git-dir={git_dir}", "show", f"HEAD:warm/{day}")
+    git(d.workspace("w"), f"--git-dir={git_dir}", "fsck", "--no-progress")
+
+    d.start()
+    d.call("warm.log", workspace="w", action="after the restart")
+    assert d.call("snapshot.run", workspace="w")["rev"]
+    wait_for(lambda: snap_status(d, "w")["gcs"] >= 1, "the next gc to pack the repository", DEADLINE)
+    assert len([p for p in git_dir.glob("objects/??/*") if p.is_file()]) < 10
 
 
 def test_a_sweep_during_the_first_snapshot_does_not_hang_the_workspace(
