@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from memd import fsio_batch
 from memd.early_ack import EarlyAck
-from memd.tiers import cold_format, hot_format, warm_format
+from memd.tiers import cold_format, cold_store, hot_format, warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_format import HotDoc
 from memd.tiers.hot_store import HotStore, HotWrites
@@ -46,6 +46,8 @@ class Draft:
     # batch in one insertion at a time (ColdStore.commit) instead of counting and parsing MEMORY.md again.
     cold_inserts: list[tuple[str, int, str, str]] = field(default_factory=list)
     _fence_free_cold: str | None = None  # a draft text of MEMORY.md known to hold no fence (its insertions added none)
+    cold_fold: cold_store.Fold | None = None  # the fold of appended learnings this batch makes (fold_cold)
+    cold_run_start: int | None = None  # where in `cold` the blocks a burst appended begin (ColdStore.run_start)
     normalize_hot: bool = False  # move memd's keys to hot/memd.json and the article's to hot/context.json
     _proposals_store: ProposalsStore | None = None
     proposals: str | None = None  # cold/PROPOSED.md's text; None: no edit touched it
@@ -82,22 +84,60 @@ class Draft:
         return entry
 
     def learn(self, category: str, text: str, day: str | None = None) -> str:
-        """Insert a learning dated `day` (default: today) into cold/MEMORY.md. Returns its date."""
-        before = self.edit_cold()
+        """Add a learning dated `day` (default: today) to cold/MEMORY.md: first under its section, or, in a burst
+        of learnings into a big fence-free file and from then on until a fold, at the end in a block of its own
+        (memd.tiers.cold_store.FLOOD_SECONDS). Returns its date."""
+        before = self._edit_cold()
         day = day or self.local.date().isoformat()
-        free = before is self._fence_free_cold or self._cold_store.fence_free(before)
-        after, at, added = cold_format.insert_learning_at(before, category, day, text, fence_free=free)
+        store = self._cold_store
+        known_free = before is self._fence_free_cold
+        made = None
+        if self.cold_run_start is not None:  # a run is there: every learning joins it until a fold
+            made = cold_format.append_learning_at(before, category, day, text)
+            free = known_free
+        else:
+            free = known_free or store.fence_free(before)
+            if free and store.flooding(before):
+                made = cold_format.append_learning_at(before, category, day, text)
+                if made is not None:
+                    self.cold_run_start = len(before)
+        after, at, added = made or cold_format.insert_learning_at(before, category, day, text, fence_free=free)
         self.cold_inserts.append((before, at, added, after))
         self.cold = after
         self._fence_free_cold = after if free and not cold_format.may_fence_after(before, at, added) else None
         return day
 
+    def fold_cold(self, fold: cold_store.Fold) -> bool:
+        """Fold the learnings a burst appended back under their sections, as `fold` (made off the loop by
+        ColdStore.prepare_fold) has them, with whatever was appended since after it. Returns whether it could (not
+        when something else changed the file since the fold was made)."""
+        made = self._cold_store.folded(fold, self._edit_cold(), self.cold_run_start)
+        if made is None:
+            return False
+        self.cold, self.cold_fold, self.cold_run_start = made.text, made, made.run_start
+        self.cold_inserts.clear()  # insertions made before it in this batch are in the fold
+        return True
+
     def edit_cold(self) -> str:
-        """The current draft text of cold/MEMORY.md, after checking that the file is writable (not corrupt)."""
+        """The current draft text of cold/MEMORY.md for an edit other than a learning (accepting a proposal),
+        after checking that the file is writable (not corrupt). A run of learnings a burst appended is folded
+        back first, here on the loop (rare: such an edit in the seconds a burst lasts), so that no edit splits a
+        run or lands inside one."""
+        text = self._edit_cold()
+        run_start = self.cold_run_start
+        if run_start is not None:
+            blocks = cold_format.parse_appended(text[run_start:])
+            if blocks is not None:
+                text = self.cold = cold_format.fold_appended(text[:run_start], blocks)
+            self.cold_run_start = None
+        return text
+
+    def _edit_cold(self) -> str:
         if self.cold is None:
             self._cold_store.refresh()
             self._cold_store.require_valid()
             self.cold = self._cold_store.text
+            self.cold_run_start = self._cold_store.run_start
         else:
             self._cold_store.require_valid()
         return self.cold

@@ -270,6 +270,70 @@ def durable_append(path: Path, data: bytes, mode: int = 0o644, expected_size: in
     return Fingerprint.of_stat(st)
 
 
+class NotAsExpected(Exception):
+    """A guarded append found the file other than the version its caller planned from; nothing was appended."""
+
+
+def guarded_append(path: Path, data: bytes, expected: Fingerprint) -> tuple[Fingerprint, int]:
+    """Append `data` and fsync, only to the file as `expected` says it was: checked on the descriptor that
+    appends (a save between a check by path and the open would get memd's bytes otherwise). Returns the
+    fingerprint after and the size before. Raises NotAsExpected, having appended nothing, when the file is
+    another version; a writer that got in during the append: when memd's bytes came last they are cut off again
+    and NotAsExpected raised; when the other writer's came after them, memd's stand (whole and durable) and the
+    fingerprint returned is what memd's append made, which the file no longer is: its next reader reads it again."""
+    _refuse_symlinked_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
+    except FileNotFoundError:
+        raise NotAsExpected(f"{path} is gone") from None
+    try:
+        st = _require_regular_open(fd, path)
+        if not matches(expected, st):
+            raise NotAsExpected(f"{path} changed")
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # nothing was acknowledged: leave no torn learning behind
+                if os.fstat(fd).st_size <= st.st_size + len(data):  # (nobody else's bytes after it)
+                    os.ftruncate(fd, st.st_size)
+            raise
+        after = os.fstat(fd)
+        mine = st.st_size + len(data)
+        if after.st_size != mine:
+            if os.pread(fd, len(data), after.st_size - len(data)) == data:  # the other writer's went first
+                os.ftruncate(fd, after.st_size - len(data))
+                os.fsync(fd)
+                raise NotAsExpected(f"{path} was written to by someone else during memd's append")
+            return Fingerprint(mine, after.st_mtime_ns, after.st_ino), st.st_size
+        return Fingerprint.of_stat(after), st.st_size
+    finally:
+        os.close(fd)
+
+
+def _require_regular_open(fd: int, path: Path) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, f"{path} is not a regular file; memd only reads and writes regular files")
+    return st
+
+
+def undo_append(path: Path, size_before: int, after: Fingerprint) -> bool:
+    """Cut off an append `durable_append` made (its result `after`) when a later write of the same batch failed,
+    so the batch leaves nothing behind: only while the file is exactly as that append left it (same inode, same
+    size; someone else's bytes after it are never cut). Returns whether it was cut."""
+    fd = os.open(path, os.O_WRONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if st.st_ino != after.ino or st.st_size != after.size:
+            return False
+        os.ftruncate(fd, size_before)
+        os.fsync(fd)
+        return True
+    finally:
+        os.close(fd)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:

@@ -42,8 +42,11 @@ class FileWrite:
     """One durable change in a batch: append `data` to `path`, or replace `path` with it.
 
     A `guarded` replace is published only over `expected`, the bytes its batch was planned from (None: the file
-    did not exist); anything else there raises OutsideChange. An append with `expected_size` that finds the file
-    grown by someone else whose last line is still open starts on a new line instead of gluing onto it."""
+    did not exist); anything else there raises OutsideChange. A `guarded` append is made only to the file its
+    batch was planned from, as `expected_fingerprint` says it looked, and raises OutsideChange otherwise (what it
+    appends must go under the file's last line as memd read it: cold/MEMORY.md's last section). An append with
+    `expected_size` that finds the file grown by someone else whose last line is still open starts on a new line
+    instead of gluing onto it."""
 
     path: Path
     data: bytes
@@ -51,6 +54,7 @@ class FileWrite:
     guarded: bool = False
     expected: bytes | None = None
     expected_size: int | None = None
+    expected_fingerprint: fsio.Fingerprint | None = None
 
 
 @dataclass(slots=True)
@@ -65,14 +69,16 @@ class _Staged:
 def apply_writes(writes: Iterable[FileWrite]) -> list[fsio.Fingerprint]:
     """Apply a batch (runs in a worker thread) and return one fingerprint per write, in order.
 
-    Every replace is staged first (temp file written and fsynced), then published, then the appends are made.
-    Guarded replaces go in all or none: a conflict undoes those already published and raises OutsideChange before
-    any append, so the writer can plan the whole batch again; a failed append puts the displaced files back too,
-    so a batch that fails leaves its guarded files as they were. Raises on the first failure."""
+    Every replace is staged first (temp file written and fsynced), then published, then the appends are made,
+    guarded ones first. Guarded writes go in all or none: a conflict undoes the replaces already published and
+    raises OutsideChange before any append, so the writer can plan the whole batch again; a failed append puts
+    the displaced files back and cuts the guarded appends made off again, so a batch that fails leaves its
+    guarded files as they were. Raises on the first failure."""
     writes = list(writes)
     staged: dict[int, _Staged] = {}
     published: list[_Staged] = []
     fps: list[fsio.Fingerprint] = []
+    made: list[tuple[FileWrite, int, fsio.Fingerprint]] = []  # guarded appends made, cut off if the batch fails
     try:
         for i, w in enumerate(writes):
             if not w.append:
@@ -80,12 +86,29 @@ def apply_writes(writes: Iterable[FileWrite]) -> list[fsio.Fingerprint]:
         for st in staged.values():
             _publish(st)
             published.append(st)
+        appended: dict[int, fsio.Fingerprint] = {}
+        # Guarded appends first: one that finds its file changed raises before any other append is made (a batch
+        # that must plan again has appended nothing). Each is checked on the descriptor that appends.
+        for guarded in (True, False):
+            for i, w in enumerate(writes):
+                if not w.append or w.guarded is not guarded:
+                    continue
+                if guarded:
+                    if w.expected_fingerprint is None:
+                        raise OutsideChange(w.path)
+                    try:
+                        appended[i], size_before = fsio.guarded_append(w.path, w.data, w.expected_fingerprint)
+                    except fsio.NotAsExpected:
+                        raise OutsideChange(w.path) from None
+                    made.append((w, size_before, appended[i]))
+                else:
+                    appended[i] = fsio.durable_append(w.path, w.data, expected_size=w.expected_size)
         for i, w in enumerate(writes):
-            if w.append:
-                fps.append(fsio.durable_append(w.path, w.data, expected_size=w.expected_size))
-            else:
-                fps.append(staged[i].fingerprint)
+            fps.append(appended[i] if w.append else staged[i].fingerprint)
     except BaseException:
+        for w, size_before, after in reversed(made):
+            with contextlib.suppress(OSError):
+                fsio.undo_append(w.path, size_before, after)
         for st in reversed(published):
             with contextlib.suppress(OSError):
                 _unpublish(st)

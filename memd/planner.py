@@ -99,7 +99,7 @@ class TierPlanner:
                 plan.refused = exc
                 return plan
         if draft.cold is not None and draft.cold is not self.cold.text:
-            plan.cold_write = self.cold.write_for(draft.cold)
+            plan.cold_write = self.cold.write_for(draft.cold, draft.cold_inserts)
         if draft.proposals is not None and draft.proposals is not self.proposals.text:
             plan.proposals_write = self.proposals.write_for(draft.proposals)
         if draft.hot is not None and (draft.hot is not self.hot.doc or draft.normalize_hot):
@@ -110,7 +110,10 @@ class TierPlanner:
             (plan.cold_write, self.cold.max_bytes, "cold_max_bytes"),
             (plan.proposals_write, self.proposals.max_bytes, "cold_max_bytes"),
         ):
-            if write is not None and len(write.data) > cap:  # memd would write a file it then refuses to read
+            if write is None:
+                continue
+            size = len(write.data) + ((write.expected_size or 0) if write.append else 0)  # what the file becomes
+            if size > cap:  # memd would write a file it then refuses to read
                 message = f"this batch would take the file past [limits] {key} ({cap} bytes)"
                 plan.refused = OSError(errno.EFBIG, message, str(write.path))
                 return plan
@@ -149,7 +152,8 @@ class TierPlanner:
             self.warm.commit_append(plan.today, fp, plan.warm_write, draft.warm, tokens)
             changed.add("warm")
         if plan.cold_write is not None and draft.cold is not None:
-            self.cold.commit(draft.cold, plan.cold_write, by_write[id(plan.cold_write)], draft.cold_inserts)
+            fp = by_write[id(plan.cold_write)]
+            self.cold.commit(draft.cold, plan.cold_write, fp, draft.cold_inserts, draft.cold_fold, draft.cold_run_start)
             changed.add("cold")
         if plan.proposals_write is not None and draft.proposals is not None:
             self.proposals.commit(draft.proposals, plan.proposals_write, by_write[id(plan.proposals_write)])

@@ -30,11 +30,11 @@ from memd.batch import Batch, Edit
 from memd.changes import ChangeSink, NoSink
 from memd.config import LimitsConfig, WorkspaceConfig
 from memd.early_ack import EarlyAck
-from memd.errors import StorageError
+from memd.errors import MemdError, StorageError
 from memd.exclusive import ExclusiveLock
 from memd.planner import Clock, TierPlanner
 from memd.tiers import warm_format
-from memd.tiers.cold_store import ColdStore
+from memd.tiers.cold_store import APPENDED_MAX, TIDY_AFTER_SECONDS, ColdStore
 from memd.tiers.hot_store import HotStore
 from memd.tiers.proposals_store import ProposalsStore
 from memd.tiers.warm_format import WarmEntry
@@ -92,6 +92,9 @@ class Workspace:
         self._exclusive = ExclusiveLock()  # a batch, or a sweep, or an adoption: never two at once
         self._pinned: fsio.PinnedDir | None = None  # the directory open() found, by device and inode
         self._adopting = False  # a worker thread is reading outside changes in; reads serve the last good state
+        self._fold_timer: asyncio.TimerHandle | None = None  # folds the learnings a burst appended (_fold_cold)
+        self._folding: set[asyncio.Task[None]] = set()
+        self._closing = False
         self.planner = TierPlanner(
             self.name, self.hot, self.warm, self.cold, self.proposals, clock, config.warm.timezone
         )
@@ -102,7 +105,7 @@ class Workspace:
             io,
             self._exclusive,
             self._checked_directory,
-            lambda tiers: self.sink.changed(self, tiers, "write"),
+            self._committed,
             self.health,
             clock,
             max_pending,
@@ -171,7 +174,15 @@ class Workspace:
             self.warm.reconfigure(limits.warm_day_max_bytes)
 
     async def close(self) -> None:
-        """Stop taking writes and wait until every queued one is durable or failed."""
+        """Fold what a burst of learnings appended (a stopped daemon leaves MEMORY.md as inserting would have), stop
+        taking writes and wait until every queued one is durable or failed."""
+        self._closing = True
+        if self._fold_timer is not None:
+            self._fold_timer.cancel()
+            self._fold_timer = None
+        if self._folding:
+            await asyncio.gather(*self._folding, return_exceptions=True)
+        await self._fold_cold()
         await self.writer.close()
 
     @property
@@ -210,6 +221,58 @@ class Workspace:
         """Apply `edit` in the next batch of this workspace's writer; returns its result once it is on disk. With
         `early`, the answer may reach the client from the worker that made it durable (memd.early_ack)."""
         return await self.writer.write(edit, early)
+
+    def _committed(self, tiers: frozenset[str]) -> None:
+        """A batch is durable and acknowledged: arm the fold of learnings it appended, tell the change sink."""
+        if "cold" in tiers and self.cold.run_start is not None:
+            self._arm_fold(0.0 if self.cold.appended >= APPENDED_MAX else TIDY_AFTER_SECONDS)
+        self.sink.changed(self, tiers, "write")
+
+    def _arm_fold(self, delay: float) -> None:
+        if self._closing:  # close() folds what is left itself
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # published outside a loop (a test's direct call): the next append arms it
+            return
+        if self._fold_timer is not None:
+            self._fold_timer.cancel()
+        self._fold_timer = loop.call_later(delay, self._start_fold)
+
+    def _start_fold(self) -> None:
+        self._fold_timer = None
+        if self._folding:  # one fold at a time: the one running arms the next if anything is left to fold
+            return
+        task = asyncio.get_running_loop().create_task(self._fold_cold())
+        self._folding.add(task)
+        task.add_done_callback(self._folding.discard)
+
+    async def _fold_cold(self) -> None:
+        """Fold the learnings a burst appended to cold/MEMORY.md back under their sections
+        (memd.tiers.cold_store.TIDY_AFTER_SECONDS): made, counted and parsed in a worker (a big file's count and
+        parse would hold the loop), then written through the writer like any batch, guarded, with whatever was
+        appended meanwhile after it. A person's edit meanwhile is never lost: the fold made before it is dropped
+        and the next one starts from their file. Armed again while a run is left (appended meanwhile, dropped)."""
+        text, run_start = self.cold.text, self.cold.run_start
+        if self.cold.error is not None or run_start is None:
+            return
+        try:
+            fold = await asyncio.get_running_loop().run_in_executor(self._io, self.cold.prepare_fold, text, run_start)
+            if fold is None:  # not blocks as memd appends them: nothing of memd's to fold
+                log.warning("workspace %s: cold/MEMORY.md's end is not what memd appended; left as it is", self.name)
+                if self.cold.text is text:
+                    self.cold.run_start = None
+                return
+            if await self.write(lambda draft: draft.fold_cold(fold)):
+                log.debug("workspace %s: folded the learnings a burst appended to cold/MEMORY.md", self.name)
+        except MemdError as exc:  # stopping, a corrupt file, a full disk: the next append arms it again
+            log.info("workspace %s: folding appended learnings postponed: %s", self.name, exc.message)
+            return
+        except Exception:
+            log.exception("workspace %s: folding appended learnings failed", self.name)
+            return
+        if self._fold_timer is None and self.cold.run_start is not None:  # appended since, or dropped
+            self._arm_fold(TIDY_AFTER_SECONDS)
 
     async def split_hot(self) -> bool:
         """Write the hot tier in its two-file layout: memd's own keys (notes, summary, checkpoint records, version)
@@ -290,9 +353,12 @@ class Workspace:
             async with self._exclusive:
                 # Cancelled (a job's timeout, then shutdown: even twice), the worker still changes the stores, so
                 # the writer stays locked until it has finished, never planning a batch on a half-loaded store.
-                return await self.in_worker_to_the_end(self._refresh_and_count)
+                changed = await self.in_worker_to_the_end(self._refresh_and_count)
         finally:
             self._adopting = False
+        if "cold" in changed and self.cold.run_start is not None and self._fold_timer is None:
+            self._arm_fold(TIDY_AFTER_SECONDS)  # a file adopted with a run a burst appended (a killed daemon's)
+        return changed
 
     def _refresh_and_count(self) -> set[str]:
         changed = self._refresh_now()

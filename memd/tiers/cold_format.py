@@ -9,7 +9,8 @@ Categories and learning texts go through `memd.textfmt.escape_inline`, so they a
 of any kind) that cannot start a heading or a section. MEMORY.md belongs to people as much as to memd: an
 insertion adds exactly one learning line (and, for a new category, its heading) and leaves every other byte as
 it was. Lines inside a closed fenced code block are prose, so a "## " line in a code sample is not a section.
-Imports only memd.textfmt.
+A burst of learnings is appended at the end in blocks of one learning each (`append_learning_at`) and folded back
+later (`fold_appended`): the fold is exactly what inserting them one by one makes. Imports only memd.textfmt.
 """
 
 from __future__ import annotations
@@ -179,8 +180,11 @@ def insert_learning_at(
     """`insert_learning`, and where and what it inserted: (result, at, added), the result being
     `document[:at] + added + document[at:]` (an empty document gets the preamble as part of `added`).
     `fence_free`: the caller knows `not may_fence(document)` (a look through all of it, ~1 ms a MB)."""
-    line = render_learning(day, text)
-    heading = escape_category(category)
+    return _insert_line_at(document, escape_category(category), render_learning(day, text), fence_free)
+
+
+def _insert_line_at(document: str, heading: str, line: str, fence_free: bool) -> tuple[str, int, str]:
+    """`insert_learning_at` for a rendered learning line (or several, the first on top) and an escaped heading."""
     if fence_free or not may_fence(document):
         insert_at = _section_start(document, heading)
         if insert_at is not None:
@@ -218,6 +222,84 @@ def _insert_by_lines(document: str, heading: str, line: str) -> tuple[str, int, 
     if insert_at > len(document):  # the heading is the last line and has no "\n"
         return f"{document}\n{line}", len(document), f"\n{line}"
     return document[:insert_at] + line + document[insert_at:], insert_at, line
+
+
+def append_learning_at(document: str, category: str, day: str, text: str) -> tuple[str, int, str] | None:
+    """The learning added at the end of `document` instead of first under its section: in a block of its own,
+    `\n## category\n- [day] text\n` after the last line, as `insert_learning` makes a new section. What a burst
+    of learnings appends (memd.tiers.cold_store) is folded back by `fold_appended`. Returns (result, at, added)
+    like `insert_learning_at`, `at` being len(document); None for an empty document (the preamble is
+    `insert_learning`'s to write). Raises ValueError as `insert_learning` does. Whether the document may hold an
+    unclosed fence that would swallow the block is the caller's to know (it appends only to a fence-free one)."""
+    line = render_learning(day, text)
+    heading = escape_category(category)
+    if not document:
+        return None
+    added = ("" if document.endswith("\n") else "\n") + f"\n## {heading}\n{line}"
+    return document + added, len(document), added
+
+
+# One block `append_learning_at` appends: a blank line, a heading, one learning line.
+_APPENDED_BLOCK_RE = re.compile(r"\n## ([^\n]+)\n(- \[[0-9]{4}-[0-9]{2}-[0-9]{2}\] [^\n]*\n)")
+
+
+def parse_appended(run: str) -> list[tuple[str, str]] | None:
+    """The (heading, learning line) of each block in `run`, a text that `append_learning_at` calls made: blocks
+    only, the first perhaps after the "\n" that ended an open last line. None when `run` is anything else."""
+    position = 1 if run.startswith("\n\n") else 0
+    blocks: list[tuple[str, str]] = []
+    while position < len(run):
+        match = _APPENDED_BLOCK_RE.match(run, position)
+        if match is None:
+            return None
+        blocks.append((match[1], match[2]))
+        position = match.end()
+    return blocks
+
+
+def fold_appended(base: str, blocks: Sequence[tuple[str, str]]) -> str:
+    """`base` with the learnings of `blocks` (parse_appended, in the order they were appended) inserted first under
+    their sections, one by one: byte for byte what `insert_learning` makes of `base` and the same learnings in the
+    same order. Made a section at a time (all of one section's go in at once, the last appended on top), not a
+    learning at a time: a fold of 1,000 learnings copies a 2 MB file a few times, not 1,000 times."""
+    by_heading: dict[str, list[str]] = {}
+    for heading, line in blocks:
+        by_heading.setdefault(heading, []).append(line)
+    document = base
+    for heading, lines in by_heading.items():
+        document = _insert_line_at(document, heading, "".join(reversed(lines)), fence_free=False)[0]
+    return document
+
+
+def appended_run_start(document: str) -> int | None:
+    """Where the run of blocks a burst appended and no fold took back begins, read from the text alone (a daemon
+    killed in a burst, a file adopted with such a run): among the blocks `append_learning_at` makes at the end,
+    the first whose heading an earlier section has too (a block under a new heading is a section as an insertion
+    makes it). None when there is none. The blocks are found from the end; the rest of the file is read (its
+    headings) only when there are some."""
+    blocks: list[tuple[int, str]] = []  # (where it starts: its blank line's "\n", its heading), last first
+    end = len(document)
+    while True:
+        start = document.rfind("\n## ", 0, end)
+        if start < 1 or document[start - 1] != "\n":
+            break
+        match = _APPENDED_BLOCK_RE.fullmatch(document, start, end)
+        if match is None:
+            break
+        blocks.append((start, match[1]))
+        end = start
+    if not blocks:
+        return None
+    blocks.reverse()
+    base = document[: blocks[0][0]]
+    lines = _split_lines(base)
+    fenced = _fenced_lines(lines) if may_fence(base) else set()
+    seen = {found for n, raw in enumerate(lines) if n not in fenced and (found := _heading_text(raw)) is not None}
+    for start, heading in blocks:
+        if heading in seen:
+            return start
+        seen.add(heading)
+    return None
 
 
 def may_fence(document: str) -> bool:

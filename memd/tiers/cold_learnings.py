@@ -98,6 +98,8 @@ class Learnings:
         under an existing section), found without reading the rest of the document. None when that cannot be
         told this way (anything else inserted, a document that may hold fences): parse the new text instead.
         `fence_free`: the caller knows `not cold_format.may_fence(document)`."""
+        if at == len(document) and added:
+            return self._appended(document, added, fence_free)
         # An insertion found by comparing the two texts may start inside a line: a learning inserted before another
         # shares its first characters ("- [2026-12-0"), and the first difference comes after them. The same
         # insertion, moved back over what it shares, starts at the line's start.
@@ -125,24 +127,48 @@ class Learnings:
             s if j <= k else Section(s.offset + grown, s.category, s.first + 1) for j, s in enumerate(self._sections)
         ]
         after = Learnings([*self.items[:index], learning, *self.items[index:]], sections)
-        self._hand_over(after, learning)
+        self._hand_over(after, [learning], at_end=False)
         return after
 
-    def _hand_over(self, after: Learnings, learning: Learning) -> None:
-        """Give `after` (these learnings and `learning`, inserted) the caches an insertion keeps true; this one no
-        longer holds them (they describe `after` now)."""
+    def _appended(self, document: str, added: str, fence_free: bool) -> Learnings | None:
+        """`inserted` for text added at the end (what `append_learning_at` adds: learning lines, under a new
+        heading or the last one), without reading the document: only `added` is parsed. None when `added` may
+        hold a fence, or would continue the document's last line."""
+        if document and not document.endswith("\n") and not added.startswith("\n"):
+            return None
+        if (not fence_free and cold_format.may_fence(document)) or cold_format.may_fence(added):
+            return None
+        found, _, headed = cold_format.parse_sections(added)
+        category = self._sections[-1].category if self._sections else ""
+        shift, count = len(document), len(self.items)
+        sections = [*self._sections, *(Section(h.offset + shift, h.category, h.first + count) for h in headed)]
+        first_heading = headed[0].first if headed else len(found)
+        new = [Learning(category, *learning[1:]) if n < first_heading else learning for n, learning in enumerate(found)]
+        after = Learnings([*self.items, *new], sections)
+        self._hand_over(after, new, at_end=True)
+        return after
+
+    def _hand_over(self, after: Learnings, added: list[Learning], at_end: bool) -> None:
+        """Give `after` (these learnings and `added`, added) the caches an addition keeps true; this one no
+        longer holds them (they describe `after` now). `at_end`: added after every learning there was."""
         by_content, self._by_content = self._by_content, None
-        key = (learning.category, learning.text)
-        if by_content is not None and key not in by_content:  # one alike already there may come first or after
-            by_content[key] = learning
+        if by_content is not None:
+            for learning in added:
+                key = (learning.category, learning.text)
+                if key not in by_content:
+                    by_content[key] = learning
+                elif not at_end:  # one alike already there may come first or after: made again when asked
+                    by_content = None
+                    break
             after._by_content = by_content
         copies, self._copies = self._copies, None
         if copies is not None:
-            copies[learning] += 1
+            copies.update(added)
             after._copies = copies
         counts, self._counts = self._counts, OrderedDict()
         for words in counts:
-            counts[words] += cold_format.matches(learning, words)
+            matches = cold_format.matcher(words)
+            counts[words] += sum(1 for learning in added if matches(learning))
         after._counts = counts
 
 

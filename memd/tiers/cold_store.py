@@ -9,7 +9,10 @@ Imports memd.fsio, memd.fsio_batch, memd.tokens, memd.errors and the cold format
 from __future__ import annotations
 
 import itertools
+import math
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from memd import fsio, fsio_batch
@@ -18,6 +21,32 @@ from memd.tiers import COLD_MAX_BYTES, cold_format, read_tier_file
 from memd.tiers.cold_format import Learning
 from memd.tiers.cold_learnings import Learnings
 from memd.tokens import TokenCounter
+
+# A learning that comes within FLOOD_SECONDS of the last write of a fence-free MEMORY.md of APPEND_FROM_CHARS or
+# more is appended at the end of the file in a block of its own (cold_format.append_learning_at) instead of
+# inserted first under its section, which rewrites the whole file: under a burst of learnings (an agent writing
+# many at once, a runaway loop) the bytes written and fsynced per learning stay the size of the learning, not of
+# MEMORY.md. From the first append on (`run_start`) every learning is appended, whatever its timing, until a fold
+# puts the run's learnings first under their sections (cold_format.fold_appended: what inserting them one by one
+# makes), made in a worker (`prepare_fold`) and written like any batch. The workspace folds TIDY_AFTER_SECONDS
+# after the last append, at once after APPENDED_MAX appends, before any other edit of the file, and at close.
+APPEND_FROM_CHARS = 64 * 1024
+FLOOD_SECONDS = 2.0
+TIDY_AFTER_SECONDS = 2.0
+APPENDED_MAX = 1000
+
+
+@dataclass(frozen=True)
+class Fold:
+    """MEMORY.md with the learnings a burst appended folded back (cold_format.fold_appended), its tokens counted
+    and its learnings parsed off the loop: `text` is the fold of `base`; `parsed` None when it could not be
+    carried; `run_start` where blocks appended after the fold was made begin in `text` (None: there are none)."""
+
+    base: str
+    text: str
+    tokens: int
+    parsed: Learnings | None
+    run_start: int | None = None
 
 
 class ColdStore:
@@ -31,7 +60,14 @@ class ColdStore:
         self.tokens = 0
         self._parsed: Learnings | None = None  # of `text`; None until a read asks
         self._fence_free_text: str | None = None  # a text known to hold no fence (cold_format.may_fence)
-        self.raw: bytes | None = None  # the bytes `text` came from (or was written as): what a publish expects there
+        self._raw: bytes | None = None  # the bytes `text` came from (or was written as): see `raw`
+        self._raw_is_text = False  # `raw` is `text` encoded (after an append: not kept twice)
+        self.last_write = -math.inf  # time.monotonic() of memd's last write of the file
+        # Where in `text` the blocks a burst appended begin (see FLOOD_SECONDS), and how many there are: set by
+        # memd's own appends, cleared by a fold, read from the text when the file is read (a daemon killed in a
+        # burst leaves a run; an edit by hand may have folded it).
+        self.run_start: int | None = None
+        self.appended = 0
 
     def reconfigure(self, max_bytes: int) -> None:
         """A reloaded [limits] cold_max_bytes: files read from now on are held to it."""
@@ -47,14 +83,17 @@ class ColdStore:
         try:
             text = "" if data is None else data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            self.raw = data
+            self._raw, self._raw_is_text = data, False
             self.error = CorruptFile(
                 f"{self.path} is not valid UTF-8 ({exc.reason} at byte {exc.start}); fix it, memd will not rewrite it"
             )
             return
         tokens = self._counter.count(text)
+        run_start = cold_format.appended_run_start(text)
         # The text and the bytes it came from change together (a plan must never pair the new base with old text).
-        self.text, self.raw, self._parsed, self.tokens, self.error = text, data, None, tokens, None
+        self.text, self._raw, self._parsed, self.tokens, self.error = text, data, None, tokens, None
+        self._raw_is_text = False
+        self.run_start, self.appended = run_start, 0 if run_start is None else text.count("\n## ", run_start)
 
     def refresh(self) -> bool:
         if fsio.fingerprint(self.path) == self.fingerprint:
@@ -92,8 +131,56 @@ class ColdStore:
         """Every learning in file order (do not change the list: it is kept)."""
         return self.parsed.items
 
-    def write_for(self, text: str) -> fsio_batch.FileWrite:
-        """A replace guarded by the bytes the current text came from (a person's `>>` meanwhile is not lost)."""
+    @property
+    def raw(self) -> bytes | None:
+        """The bytes `text` came from, or was written as (None: no file): what a guarded replace expects there."""
+        return self.text.encode("utf-8") if self._raw_is_text else self._raw
+
+    def flooding(self, text: str) -> bool:
+        """Is a learning added to `text` now part of a burst into a big file (see FLOOD_SECONDS)?"""
+        return len(text) >= APPEND_FROM_CHARS and time.monotonic() - self.last_write < FLOOD_SECONDS
+
+    def prepare_fold(self, text: str, run_start: int) -> Fold | None:
+        """In a worker: `text` with the blocks appended from `run_start` on folded back, counted and parsed (a fold
+        of a big file costs a full count and parse, which must not hold the loop). None when the run is not
+        blocks as memd appends them (nothing memd would fold: it is not memd's run)."""
+        blocks = cold_format.parse_appended(text[run_start:])
+        if blocks is None:
+            return None
+        folded = cold_format.fold_appended(text[:run_start], blocks)
+        return Fold(text, folded, self._counter.count(folded), Learnings.parse(folded))
+
+    def folded(self, fold: Fold, current: str, run_start: int | None) -> Fold | None:
+        """On the loop: `fold` made good for `current`, the text now, whose run begins at `run_start`. Learnings
+        appended since the fold was prepared follow it, in their blocks (`run_start` of the result says where;
+        the next fold takes them back). None when `current` is not `fold.base` followed by such blocks (a
+        person's edit since, adopted: the next fold starts from it)."""
+        if current is fold.base or current == fold.base:  # (the same text read again is another object)
+            return Fold(current, fold.text, fold.tokens, fold.parsed)
+        if run_start is None or len(current) <= len(fold.base) or not current.startswith(fold.base):
+            return None
+        suffix = current[len(fold.base) :]
+        if not suffix.startswith("\n## ") or cold_format.parse_appended(suffix) is None:
+            return None
+        if not fold.text.endswith("\n"):  # the blocks were appended after a line end the fold does not have
+            suffix = "\n" + suffix
+        text = fold.text + suffix
+        tokens = fold.tokens + self._inserted_tokens(fold.text, len(fold.text), suffix)
+        parsed = fold.parsed.inserted(fold.text, len(fold.text), suffix) if fold.parsed is not None else None
+        return Fold(current, text, tokens, parsed, run_start=len(fold.text))
+
+    def write_for(self, text: str, inserts: Sequence[tuple[str, int, str, str]] = ()) -> fsio_batch.FileWrite:
+        """The write that makes the file `text`: an append of what `inserts` (a batch's, Draft.cold_inserts) added
+        when each of them was at the end and they lead from the file as memd holds it to `text`, guarded by its
+        fingerprint; otherwise a replace guarded by the bytes the current text came from (a person's `>>`
+        meanwhile is not lost either way)."""
+        steps = _chain(self.text, text, inserts)
+        fp = self.fingerprint
+        if steps and fp is not None and self.error is None and all(at == len(before) for before, at, _ in steps):
+            added = text[len(self.text) :].encode("utf-8")
+            return fsio_batch.FileWrite(
+                self.path, added, append=True, guarded=True, expected_size=fp.size, expected_fingerprint=fp
+            )
         return fsio_batch.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
 
     def commit(
@@ -102,31 +189,43 @@ class ColdStore:
         write: fsio_batch.FileWrite,
         fp: fsio.Fingerprint,
         inserts: Sequence[tuple[str, int, str, str]] = (),
+        fold: Fold | None = None,
+        run_start: int | None = None,
     ) -> None:
-        """Record a durable rewrite. Tokens grow by what each insertion added (lines, headings, preamble), and the
+        """Record a durable write. Tokens grow by what each insertion added (lines, headings, preamble), and the
         parsed learnings by each learning inserted: `inserts` are a batch's insertions in order (Draft.learn), taken
-        one at a time when they lead from the text memd held to `text`; otherwise the edit is compared whole
-        (one insertion found, or a recount and a parse on the next read)."""
-        steps = _chain(self.text, text, inserts)
-        parsed = self._parsed
+        one at a time when they lead from the text memd held (or from `fold`'s, a fold the batch made first) to
+        `text`; otherwise the edit is compared whole (one insertion found, or a recount and a parse on the next
+        read). `run_start`: where the blocks a burst appended begin in `text` (Draft.cold_run_start)."""
+        start, tokens, parsed = self.text, self.tokens, self._parsed
+        if fold is not None:
+            start, tokens, parsed = fold.text, fold.tokens, fold.parsed
+        steps = _chain(start, text, inserts)
         if steps is None:
-            at, added = insertion_point(self.text, text)
-            steps = [(self.text, at, added)] if added else []
-            if not added:
-                self.tokens += self._counter.count(text) - self._counter.count(self.text)
+            at, added = insertion_point(start, text)
+            steps = [(start, at, added)] if added else []
+            if not added and text is not start:
+                tokens += self._counter.count(text) - self._counter.count(start)
                 parsed = None
         free = bool(steps) and self.fence_free(steps[0][0])
         for before, at, added in steps:
-            self.tokens += self._inserted_tokens(before, at, added)
+            tokens += self._inserted_tokens(before, at, added)
             if parsed is not None:
                 parsed = parsed.inserted(before, at, added, fence_free=free)
             free = free and not cold_format.may_fence_after(before, at, added)
         self._fence_free_text = text if free else None
         self.text = text
-        self.raw = write.data
+        self.tokens = tokens
+        if write.append:
+            self._raw, self._raw_is_text = None, True
+        else:
+            self._raw, self._raw_is_text = write.data, False
+        self.run_start = run_start
+        self.appended = 0 if run_start is None else text.count("\n## ", run_start)  # the run only: ~10 us
         self.fingerprint = fp
         self._parsed = parsed
         self.error = None
+        self.last_write = time.monotonic()
 
     def _inserted_tokens(self, old: str, at: int, added: str) -> int:
         """Tokens an insertion of `added` at `at` into `old` added, counted with the neighbouring lines so merges at

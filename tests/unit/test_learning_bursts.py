@@ -1,0 +1,506 @@
+"""Specification of a burst of learnings into a big cold/MEMORY.md (memd.tiers.cold_store.FLOOD_SECONDS): each
+learning is acknowledged once it is on disk under its own category, as ever, but is appended at the end (the
+file is not rewritten: same inode, the bytes written are the learning's); from the first append on every
+learning is appended until a fold puts them back under their sections, once the burst is over, every
+APPENDED_MAX learnings, before any other edit of the file and at close, into exactly the file that inserting them
+one by one makes; a person's save or `>>` in the middle of a burst is planned on, never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hooked_io import HookedIO
+
+from memd import fsio, fsio_batch
+from memd import workspace as workspace_module
+from memd.batch import Draft
+from memd.tiers import cold_format, cold_store
+from memd.tokens import TokenCounter
+from memd.workspace import Workspace
+
+DAY = "2024-03-15"  # the tests' clock (clocks.START)
+BIG = "# Agent Memory\n" + "".join(
+    f"\n## Topic {c}\n"
+    + "".join(f"- [2024-01-0{1 + n % 9}] learning {n} about topic {c} and its details\n" for n in range(40))
+    for c in range(40)
+)
+
+
+@pytest.fixture
+def person_io() -> Iterator[HookedIO]:
+    executor = HookedIO()
+    yield executor
+    executor.shutdown()
+
+
+@pytest.fixture
+def ws(open_alpha: Callable[..., Workspace], person_io: HookedIO) -> Workspace:
+    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
+    memory.write_text(BIG, encoding="utf-8")
+    return open_alpha(person_io)
+
+
+def memory_md(ws: Workspace) -> Path:
+    return ws.root / "cold" / "MEMORY.md"
+
+
+def learn(category: str, text: str) -> Callable[[Draft], Any]:
+    return lambda draft: draft.learn(category, text)
+
+
+BURST = [("Topic 3", "b1"), ("Topic 3", "b2"), ("Topic 7", "b3"), ("New topic", "b4"), ("Topic 3", "b5")]
+
+
+def folded(text: str) -> str:
+    """`text` with the run a burst appended folded back, as a fold makes it (the text itself when there is none)."""
+    start = cold_format.appended_run_start(text)
+    if start is None:
+        return text
+    blocks = cold_format.parse_appended(text[start:])
+    assert blocks is not None
+    return cold_format.fold_appended(text[:start], blocks)
+
+
+def inserted_one_by_one(text: str, learnings: list[tuple[str, str]]) -> str:
+    for category, learning in learnings:
+        text = cold_format.insert_learning(text, category, DAY, learning)
+    return text
+
+
+def test_the_burst_fixture_is_big_enough_to_be_appended_to() -> None:
+    assert len(BIG) >= cold_store.APPEND_FROM_CHARS
+
+
+def test_each_learning_of_a_burst_is_appended_on_disk_under_its_category_and_the_file_is_not_rewritten(
+    ws: Workspace,
+) -> None:
+    async def burst() -> list[tuple[int, int, list[cold_format.Learning]]]:
+        seen = []
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+            st = os.stat(memory_md(ws))
+            seen.append((st.st_ino, st.st_size, cold_format.parse_memory(memory_md(ws).read_text("utf-8"))))
+        return seen
+
+    seen = asyncio.run(burst())
+
+    first_inode = seen[0][0]  # the first learning is inserted (no write came just before): a rewrite
+    assert {inode for inode, _, _ in seen[1:]} == {first_inode}  # then appends only: the same file
+    for (_, size_before, _), (_, size, parsed), (category, text) in zip(seen, seen[1:], BURST[1:], strict=False):
+        added = size - size_before
+        assert added < 100  # the learning's line (and its heading), not MEMORY.md again
+        assert [(lr.category, lr.text) for lr in parsed if lr.text == text] == [(category, text)]
+    assert ws.cold.learnings == cold_format.parse_memory(memory_md(ws).read_text("utf-8"))
+    assert ws.cold.text == memory_md(ws).read_text("utf-8")
+
+
+async def settled(ws: Workspace) -> None:
+    """Until the fold armed after the last append has run (or ten seconds have passed)."""
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if ws._fold_timer is None and not ws._folding:
+            return
+
+
+def test_a_burst_is_folded_back_once_it_is_over_into_the_file_inserting_one_by_one_makes(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+
+    async def burst_then_pause() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        assert ws.cold.run_start is not None
+        assert cold_format.appended_run_start(memory_md(ws).read_text("utf-8")) == ws.cold.run_start
+        await settled(ws)
+
+    asyncio.run(burst_then_pause())
+
+    text = memory_md(ws).read_text("utf-8")
+    assert text == inserted_one_by_one(BIG, BURST)
+    assert ws.cold.text == text and ws.cold.learnings == cold_format.parse_memory(text)
+    assert ws.cold.run_start is None and ws.cold.appended == 0
+
+
+def test_a_learning_while_appended_sections_are_there_is_appended_too_and_folded_with_them(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+
+    async def burst_then_later() -> int:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        ws.cold.last_write -= cold_store.FLOOD_SECONDS  # the burst is over, the fold not made yet
+        inode = os.stat(memory_md(ws)).st_ino
+        await ws.write(learn("Topic 7", "later"))
+        assert os.stat(memory_md(ws)).st_ino == inode  # appended: inserting would fold a big file on the loop
+        await settled(ws)
+        return inode
+
+    asyncio.run(burst_then_later())
+
+    text = memory_md(ws).read_text("utf-8")
+    assert text == inserted_one_by_one(BIG, [*BURST, ("Topic 7", "later")])
+    assert ws.cold.learnings == cold_format.parse_memory(text)
+
+
+def test_a_run_a_killed_daemon_left_is_found_at_start_joined_and_folded(
+    open_alpha: Callable[..., Workspace], person_io: HookedIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even in a small file, and whatever the timing: a learning inserted above a run would reorder it."""
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    small = "# Agent Memory\n\n## A\n- [2024-01-01] a1\n"
+    leftover = small + "\n## A\n- [2024-03-14] appended\n"  # a burst's, left by a daemon killed before its fold
+    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
+    memory.write_text(leftover, encoding="utf-8")
+    ws = open_alpha(person_io)
+    assert ws.cold.run_start == len(small)
+
+    async def learn_then_pause() -> None:
+        await ws.write(learn("A", "new"))
+        assert memory.read_text("utf-8") == leftover + f"\n## A\n- [{DAY}] new\n"  # joined the run
+        await settled(ws)
+
+    asyncio.run(learn_then_pause())
+
+    assert memory.read_text("utf-8") == inserted_one_by_one(small, [("A", "appended"), ("A", "new")]).replace(
+        f"[{DAY}] appended", "[2024-03-14] appended"
+    )
+    assert ws.cold.run_start is None
+
+
+def test_a_long_burst_is_folded_as_it_goes_every_appended_max_learnings(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace_module, "APPENDED_MAX", 3)
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 3600.0)  # only the count can start a fold here
+    learnings = [(f"Topic {n % 4}", f"x{n}") for n in range(7)]
+
+    async def burst() -> None:
+        for category, text in learnings:
+            await ws.write(learn(category, text))
+            await asyncio.sleep(0)
+        for _ in range(100):  # the fold the third append started, and the writes it waits for
+            await asyncio.sleep(0.02)
+            if not ws._folding:
+                return
+
+    asyncio.run(burst())
+
+    text = memory_md(ws).read_text("utf-8")
+    assert ws.cold.appended < 6  # the first learning was inserted, the next six appended: a fold came between
+    assert folded(text) == inserted_one_by_one(BIG, learnings)  # the rest still follows it
+    assert ws.cold.learnings == cold_format.parse_memory(text)
+
+
+def test_learnings_appended_while_a_fold_is_made_follow_it_and_every_count_stays_exact(
+    ws: Workspace, counter: TokenCounter
+) -> None:
+    async def fold_under_a_burst() -> bool:
+        for category, text in BURST[:3]:
+            await ws.write(learn(category, text))
+        assert ws.cold.run_start is not None
+        fold = ws.cold.prepare_fold(ws.cold.text, ws.cold.run_start)  # as the worker makes it
+        assert fold is not None
+        for category, text in BURST[3:]:  # meanwhile, more of the burst
+            await ws.write(learn(category, text))
+        folded: bool = await ws.write(lambda draft: draft.fold_cold(fold))
+        return folded
+
+    assert asyncio.run(fold_under_a_burst())
+
+    text = memory_md(ws).read_text("utf-8")
+    assert text == inserted_one_by_one(BIG, BURST[:3]) + "".join(
+        f"\n## {category}\n- [{DAY}] {learning}\n" for category, learning in BURST[3:]
+    )
+    assert ws.cold.text == text
+    assert ws.cold.tokens == counter.count(text)
+    assert ws.cold.learnings == cold_format.parse_memory(text)
+    assert ws.cold.run_start == len(inserted_one_by_one(BIG, BURST[:3]))  # the next fold takes the rest
+
+
+def test_a_fold_made_before_a_persons_save_is_not_written_and_their_save_is_kept(ws: Workspace) -> None:
+    async def fold_after_a_save() -> bool:
+        for category, text in BURST[:2]:
+            await ws.write(learn(category, text))
+        assert ws.cold.run_start is not None
+        fold = ws.cold.prepare_fold(ws.cold.text, ws.cold.run_start)
+        assert fold is not None
+        memory_md(ws).write_text(ws.cold.text.replace("learning 0 about topic 0", "edited by a person"), "utf-8")
+        folded: bool = await ws.write(lambda draft: draft.fold_cold(fold))
+        return folded
+
+    assert not asyncio.run(fold_after_a_save())
+    text = memory_md(ws).read_text("utf-8")
+    assert "edited by a person" in text and "b1" in text and "b2" in text
+
+
+def test_a_persons_save_in_the_middle_of_a_burst_is_kept_and_the_learning_still_lands_under_its_category(
+    ws: Workspace, person_io: HookedIO
+) -> None:
+    asyncio.run(ws.write(learn("Topic 3", "b1")))
+    memory = memory_md(ws)
+    theirs = memory.read_text("utf-8") + "\n## Their notes\n- [2024-03-14] written by a person\n"
+
+    def save() -> None:
+        tmp = memory.with_name("MEMORY.md.swp")
+        tmp.write_text(theirs, encoding="utf-8")
+        os.replace(tmp, memory)
+
+    person_io.edits.append(save)
+    asyncio.run(ws.write(learn("Topic 3", "b2")))
+
+    text = memory.read_text("utf-8")
+    assert text.startswith(theirs)  # their save, whole, and memd's learning after it
+    parsed = {lr.text: lr.category for lr in cold_format.parse_memory(text)}
+    assert (parsed["written by a person"], parsed["b1"], parsed["b2"]) == ("Their notes", "Topic 3", "Topic 3")
+    assert ws.health.replans == 1
+    assert ws.cold.text == text
+
+
+def test_a_persons_append_in_the_middle_of_a_burst_is_kept_once_with_memds(ws: Workspace, person_io: HookedIO) -> None:
+    asyncio.run(ws.write(learn("Topic 3", "b1")))
+    asyncio.run(ws.write(learn("Topic 5", "b2")))
+    memory = memory_md(ws)
+
+    def append() -> None:
+        with memory.open("a", encoding="utf-8") as f:
+            f.write("- [2024-03-15] appended by a person\n")
+
+    person_io.edits.append(append)
+    asyncio.run(ws.write(learn("Topic 5", "b3")))
+
+    text = memory.read_text("utf-8")
+    for line in ("b1", "b2", "appended by a person", "b3"):
+        assert sum(lr.text == line for lr in cold_format.parse_memory(text)) == 1, line
+    parsed = {lr.text: lr.category for lr in cold_format.parse_memory(text)}
+    assert (parsed["appended by a person"], parsed["b3"]) == ("Topic 5", "Topic 5")  # under the last section
+    assert ws.cold.text == text
+
+
+# --- the guarded append itself (memd.fsio_batch) ----------------------------------------------------------------
+
+
+def test_a_guarded_append_to_a_file_changed_since_it_was_planned_appends_nothing_anywhere(tmp_path: Path) -> None:
+    memory, day = tmp_path / "MEMORY.md", tmp_path / "day.md"
+    memory.write_bytes(b"## A\n")
+    planned = fsio.fingerprint(memory)
+    assert planned is not None
+    memory.write_bytes(b"## A\n## B\n")  # a person's save
+
+    with pytest.raises(fsio_batch.OutsideChange):
+        fsio_batch.apply_writes(
+            [
+                fsio_batch.FileWrite(day, b"entry\n", append=True),
+                fsio_batch.FileWrite(
+                    memory,
+                    b"- [2024-01-01] x\n",
+                    append=True,
+                    guarded=True,
+                    expected_size=5,
+                    expected_fingerprint=planned,
+                ),
+            ]
+        )
+
+    assert memory.read_bytes() == b"## A\n## B\n"
+    assert not day.exists()  # the batch plans again: nothing of it was made
+
+
+def test_a_batch_whose_later_append_fails_cuts_its_guarded_append_off_again(tmp_path: Path) -> None:
+    memory, day = tmp_path / "MEMORY.md", tmp_path / "day.md"
+    memory.write_bytes(b"## A\n")
+    day.mkdir()  # the day's append fails after the guarded one was made
+    planned = fsio.fingerprint(memory)
+
+    with pytest.raises(OSError):
+        fsio_batch.apply_writes(
+            [
+                fsio_batch.FileWrite(day, b"entry\n", append=True),
+                fsio_batch.FileWrite(
+                    memory,
+                    b"- [2024-01-01] x\n",
+                    append=True,
+                    guarded=True,
+                    expected_size=5,
+                    expected_fingerprint=planned,
+                ),
+            ]
+        )
+
+    assert memory.read_bytes() == b"## A\n"
+
+
+def test_an_append_is_not_cut_off_once_someone_else_wrote_after_it(tmp_path: Path) -> None:
+    memory = tmp_path / "MEMORY.md"
+    memory.write_bytes(b"## A\n")
+    after = fsio.durable_append(memory, b"- [2024-01-01] memd's\n")
+    with memory.open("ab") as f:
+        f.write(b"- [2024-01-01] someone else's\n")
+
+    assert not fsio.undo_append(memory, 5, after)
+    assert memory.read_bytes() == b"## A\n- [2024-01-01] memd's\n- [2024-01-01] someone else's\n"
+    before = memory.read_bytes()
+    fresh = fsio.durable_append(memory, b"- [2024-01-01] another\n")
+    assert fsio.undo_append(memory, len(before), fresh)  # alone after it: cut
+    assert memory.read_bytes() == before
+
+
+def test_a_workspace_closed_in_the_middle_of_a_burst_leaves_memory_md_folded(ws: Workspace) -> None:
+    async def burst_then_stop() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        assert ws.cold.run_start is not None
+        await ws.close()  # what the daemon does at SIGTERM, long before the fold's 2 s are up
+
+    asyncio.run(burst_then_stop())
+
+    assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, BURST)
+    assert ws._fold_timer is None
+
+
+# --- what the first design of bursts got wrong (each found in review) ----------------------------------------------
+
+
+def test_a_burst_that_ends_on_a_new_category_is_folded_too(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    learnings = [("Topic 3", "b1"), ("Topic 3", "b2"), ("Brand new", "b3")]
+
+    async def burst_then_pause() -> None:
+        for category, text in learnings:
+            await ws.write(learn(category, text))
+        await settled(ws)
+
+    asyncio.run(burst_then_pause())
+
+    assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, learnings)
+
+
+def test_a_learning_with_a_backtick_run_mid_burst_is_appended_and_folded_with_the_rest(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    learnings = [("Topic 3", "b1"), ("Topic 3", "wrap code in ``` blocks"), ("Topic 3", "b3"), ("Topic 5", "b4")]
+
+    async def burst_then_pause() -> set[int]:
+        inodes = set()
+        for category, text in learnings:
+            await ws.write(learn(category, text))
+            inodes.add(os.stat(memory_md(ws)).st_ino)
+        await settled(ws)
+        return inodes
+
+    assert len(asyncio.run(burst_then_pause())) == 1  # the first inserted, every later one appended
+    assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, learnings)
+
+
+def test_a_fold_dropped_for_a_persons_save_is_made_again_from_their_file(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+
+    async def burst_save_pause() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        memory_md(ws).write_text(ws.cold.text.replace("learning 0 about topic 0", "edited by a person"), "utf-8")
+        await settled(ws)
+        await asyncio.sleep(0.3)  # the fold made before the save is dropped; the one armed after it runs
+        await settled(ws)
+
+    asyncio.run(burst_save_pause())
+
+    expected = inserted_one_by_one(BIG.replace("learning 0 about topic 0", "edited by a person"), BURST)
+    assert memory_md(ws).read_text("utf-8") == expected
+    assert ws.cold.run_start is None
+
+
+def test_a_big_file_that_may_hold_a_fence_gets_its_learnings_inserted_in_order(ws: Workspace) -> None:
+    fenced = BIG.replace("## Topic 1\n", "## Topic 1\n```\n## Topic 3\n```\n", 1)
+    memory_md(ws).write_text(fenced, "utf-8")
+
+    async def burst() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+            assert ws.cold.run_start is None
+
+    asyncio.run(burst())
+
+    assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(fenced, BURST)
+
+
+def test_an_edit_other_than_a_learning_folds_the_run_first(ws: Workspace) -> None:
+    async def burst_then_edit() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        await ws.write(lambda draft: draft.edit_cold())  # what accepting a proposal starts with
+
+    asyncio.run(burst_then_edit())
+
+    assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, BURST)
+    assert ws.cold.run_start is None and ws.cold.text == memory_md(ws).read_text("utf-8")
+
+
+def test_a_save_between_the_check_and_the_append_gets_none_of_memds_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append is checked on the descriptor it writes through: a check by path, then an open, let a person's
+    save in between receive memd's learning, while memd believed its own text was the file."""
+    memory = tmp_path / "MEMORY.md"
+    memory.write_bytes(b"## A\n")
+    planned = fsio.fingerprint(memory)
+    assert planned is not None
+    check_dir = fsio._refuse_symlinked_dir
+
+    def save_first(directory: Path) -> None:  # runs right before the open
+        tmp = tmp_path / "MEMORY.md.swp"
+        tmp.write_bytes(b"## A\n## B by a person\n")
+        os.replace(tmp, memory)
+        check_dir(directory)
+
+    monkeypatch.setattr(fsio, "_refuse_symlinked_dir", save_first)
+
+    with pytest.raises(fsio.NotAsExpected):
+        fsio.guarded_append(memory, b"- [2024-01-01] x\n", planned)
+
+    assert memory.read_bytes() == b"## A\n## B by a person\n"
+
+
+def test_a_writer_that_got_in_during_the_append_keeps_its_bytes_and_memds_come_off_or_stand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = tmp_path / "MEMORY.md"
+    write_all = fsio._write_all
+
+    def with_theirs(first: bool) -> Callable[[int, bytes], None]:
+        def write(fd: int, data: bytes) -> None:
+            if not first:
+                write_all(fd, data)
+            with memory.open("ab") as f:
+                f.write(b"- theirs\n")
+            if first:
+                write_all(fd, data)
+
+        return write
+
+    memory.write_bytes(b"## A\n")
+    planned = fsio.fingerprint(memory)
+    assert planned is not None
+    monkeypatch.setattr(fsio, "_write_all", with_theirs(first=True))
+    with pytest.raises(fsio.NotAsExpected):  # theirs, then memd's: memd's cut off, the batch plans again
+        fsio.guarded_append(memory, b"- memd's\n", planned)
+    assert memory.read_bytes() == b"## A\n- theirs\n"
+
+    memory.write_bytes(b"## A\n")
+    planned = fsio.fingerprint(memory)
+    assert planned is not None
+    monkeypatch.setattr(fsio, "_write_all", with_theirs(first=False))
+    after, size_before = fsio.guarded_append(memory, b"- memd's\n", planned)  # memd's, then theirs: both stay
+    assert memory.read_bytes() == b"## A\n- memd's\n- theirs\n"
+    assert size_before == 5
+    assert after != fsio.fingerprint(memory)  # so the store reads the file again before it plans on it
