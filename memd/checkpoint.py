@@ -10,7 +10,8 @@ by key and keeping everything written meanwhile, log it to warm, record it in ho
 A failure changes nothing, shows in status and backs the workspace off exponentially; a daily token cap stops
 runaway spend. What to compress and the checks on a summary are memd/checkpoint_plan.py; finding, showing and
 undoing a checkpoint afterwards, memd/checkpoint_history.py; the daily token ledger, memd/llm_spend.py. Imports
-memd.checkpoint_plan, memd.snapshots, memd.workspace, memd.summarizer, the hot format and memd.errors.
+memd.checkpoint_plan, memd.checkpoint_history, memd.checkpoint_flush, memd.llm_spend, memd.snapshots,
+memd.workspace, memd.summarizer, memd.batch, the hot format, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -63,6 +64,68 @@ class Health:
     rejected: int = 0  # LLM summaries refused by the checks (the extractive one was applied instead)
     last_rejection: str = ""
     held_until_tokens: int | None = None  # after an undo: no automatic checkpoint until hot grows past this
+
+
+@dataclass(frozen=True)
+class _Summary:
+    text: str  # without a fold line, ending in one newline: memd appends its own
+    result: SummaryResult  # of the summarizer whose text this is (the fallback's after a rejection)
+    rejection: str = ""  # why the LLM's summary was refused, when the fallback's is applied instead
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    """One checkpoint between summarizing and applying: what both writer batches need, fixed before either runs."""
+
+    id: str
+    plan: Plan
+    pre_commit: str
+    summary: _Summary
+    summarized: dict[tuple[str, str], dict[str, Any]]  # (list, key) -> the entry exactly as the summary covers it
+    flush: bool
+
+    def compressed(self, field: str, key: str, entry: dict[str, Any]) -> bool:
+        return self.summarized.get((field, key)) == entry
+
+    def to_remove(self, doc: HotDoc) -> list[tuple[str, dict[str, Any], str]]:
+        decisions, notes = keyed(list(doc.get("decisions") or [])), keyed(list(doc.get("notes") or []))
+        return [(k, e, "decision") for k, e in decisions if self.compressed("decisions", k, e)] + [
+            (k, e, "note") for k, e in notes if self.compressed("notes", k, e)
+        ]
+
+    def compact(
+        self, doc: HotDoc
+    ) -> tuple[HotDoc, list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any], str]], list[str]]:
+        """`doc` with the compressed entries replaced by the summary; also the notes left (with their keys), the
+        entries removed and the keys of summarized entries kept because they were edited meanwhile."""
+        new = dict(doc)
+        notes, decisions = keyed(list(doc.get("notes") or [])), keyed(list(doc.get("decisions") or []))
+        notes_left = [(k, n) for k, n in notes if not self.compressed("notes", k, n)]
+        new["notes"] = [n for _, n in notes_left]
+        new["decisions"] = [d for k, d in decisions if not self.compressed("decisions", k, d)]
+        removed = self.to_remove(doc)
+        edited = sorted(
+            k
+            for field, entries in (("notes", notes), ("decisions", decisions))
+            for k, e in entries
+            if (field, k) in self.summarized and not self.compressed(field, k, e)
+        )
+        new["summary"] = self.summary.text + fold_line(self.plan.summary_before, len(removed), self.pre_commit)
+        return new, notes_left, removed, edited
+
+
+def _summarized(plan: Plan, planned_doc: HotDoc) -> dict[tuple[str, str], dict[str, Any]]:
+    # Keys per list: a tool that numbers its notes and decisions alike ("id": "4" in both) must not make a
+    # compressed note remove a pinned decision.
+    keys = {(_FIELD[e.kind], e.key) for e in plan.entries if e.kind != "summary"}
+    # What was summarized, exactly: an entry edited while the summarizer ran (same id, new text) is not what
+    # the summary covers, so it stays in hot with its new text instead of being removed by its key.
+    return {
+        (field, k): entry
+        for field in ("notes", "decisions")
+        for k, entry in keyed(list(planned_doc.get(field) or []))
+        if (field, k) in keys
+    }
 
 
 class Checkpointer:
@@ -171,7 +234,37 @@ class Checkpointer:
         )
 
     async def _run(self, ws: Workspace, health: Health) -> dict[str, Any]:
+        """Steps (1) to (4) of the module docstring; run() turns what they raise into status and backoff."""
         ws.hot.require_valid()
+        pre_commit = await self._commit_before(ws)
+        # Plan from exactly what was committed, so that everything compressed can be read back from pre_commit.
+        planned_doc = ws.hot.doc
+        if pre_commit:
+            planned_doc = await history.doc_at(self.snapshots, ws, pre_commit)
+        plan = self.plan(ws, planned_doc)
+        self._check_daily_cap(ws, plan)
+        summary = await self._summarize(ws, health, plan)
+        checkpoint = _Checkpoint(
+            id=f"ckpt-{ws.clock.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}",
+            plan=plan,
+            pre_commit=pre_commit,
+            summary=summary,
+            summarized=_summarized(plan, planned_doc),
+            flush=self.config.flush_to_warm,  # read once: a reload meanwhile cannot make only one batch flush
+        )
+        flushed_first = await self._flush_first(ws, checkpoint)
+        record = await ws.write(lambda draft: self._apply(draft, ws, checkpoint, flushed_first))
+        record = await self._commit_after(ws, checkpoint.id, record)
+        log.info(
+            "checkpoint %s of %s: hot %d -> %d tokens, %d entries compressed (%s)",
+            checkpoint.id, ws.name, record["tokens_before"], record["tokens_after"], len(plan.entries),
+            summary.result.backend,
+        )  # fmt: skip
+        return record
+
+    async def _commit_before(self, ws: Workspace) -> str:
+        """(1) The exact pre-state in git; no checkpoint without it while snapshots are on, as it would not be
+        reversible."""
         # whole: the commit the checkpoint's record names is this machine's hot state, even just after a sync
         pre_commit, _ = await self.snapshots.snapshot(ws, "before checkpoint", whole=True)
         if self.snapshots.config.enabled and not pre_commit:
@@ -179,26 +272,17 @@ class Checkpointer:
                 "the pre-checkpoint state could not be committed to git, so the checkpoint would not be reversible: "
                 + (self.snapshots.status_for(ws.name).get("last_error") or "unknown snapshot error")
             )
-        # Plan from exactly what was committed, so that everything compressed can be read back from pre_commit.
-        planned_doc = ws.hot.doc
-        if pre_commit:
-            planned_doc = await history.doc_at(self.snapshots, ws, pre_commit)
-        plan = self.plan(ws, planned_doc)
-        self._check_daily_cap(ws, plan)
+        return pre_commit
+
+    async def _summarize(self, ws: Workspace, health: Health, plan: Plan) -> _Summary:
+        """(2) and (3) A summary that passed the checks: the summarizer's, or for a refused LLM summary the
+        fallback's. Outside the writer, so writes go on meanwhile."""
         request = SummaryRequest(plan.entries, plan.summary_allotment, task=str(ws.hot.doc.get("task") or ""))
-        try:
-            result = await asyncio.wait_for(self.summarizer.summarize(request), self.deadline_seconds)
-        except TimeoutError:
-            self._count_spend(ws, None, request)
-            raise CheckpointFailed(f"summarizer missed the {self.deadline_seconds:.0f}s deadline") from None
-        except BaseException:
-            self._count_spend(ws, None, request)
-            raise
-        self._count_spend(ws, result, request)
+        result = await self._summarize_in_time(ws, request)
         rejection = ""
         llm = self.summarizer.name != "extractive"
         try:
-            summary = self.verify(ws, plan, result, structured=llm)
+            text = self.verify(ws, plan, result, structured=llm)
         except CheckpointFailed as exc:
             if not llm or self.fallback is None:
                 raise
@@ -209,106 +293,113 @@ class Checkpointer:
             health.last_rejection = rejection
             log.warning("checkpoint of %s: LLM summary rejected, extractive applied instead: %s", ws.name, rejection)
             result = await self.fallback.summarize(SummaryRequest(plan.entries, request.max_tokens, task=request.task))
-            summary = self.verify(ws, plan, result)
-        summary = without_fold_line(summary).rstrip("\n") + "\n"
-        checkpoint_id = f"ckpt-{ws.clock.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-        # Keys per list: a tool that numbers its notes and decisions alike ("id": "4" in both) must not make a
-        # compressed note remove a pinned decision.
-        keys = {(_FIELD[e.kind], e.key) for e in plan.entries if e.kind != "summary"}
-        # What was summarized, exactly: an entry edited while the summarizer ran (same id, new text) is not what
-        # the summary covers, so it stays in hot with its new text instead of being removed by its key.
-        summarized = {
-            (field, k): entry
-            for field in ("notes", "decisions")
-            for k, entry in keyed(list(planned_doc.get(field) or []))
-            if (field, k) in keys
+            text = self.verify(ws, plan, result)
+        return _Summary(without_fold_line(text).rstrip("\n") + "\n", result, rejection)
+
+    async def _summarize_in_time(self, ws: Workspace, request: SummaryRequest) -> SummaryResult:
+        """The summarizer's answer within the deadline; whatever it spent counts against the daily cap, a failed or
+        timed-out call too."""
+        try:
+            result = await asyncio.wait_for(self.summarizer.summarize(request), self.deadline_seconds)
+        except TimeoutError:
+            self._count_spend(ws, None, request)
+            raise CheckpointFailed(f"summarizer missed the {self.deadline_seconds:.0f}s deadline") from None
+        except BaseException:
+            self._count_spend(ws, None, request)
+            raise
+        self._count_spend(ws, result, request)
+        return result
+
+    @staticmethod
+    async def _flush_first(ws: Workspace, checkpoint: _Checkpoint) -> int:
+        """The flush as a batch of its own, durable before the apply (contract 3: what a checkpoint compresses is
+        in the warm log first, whatever happens to the apply)."""
+        if not checkpoint.flush:
+            return 0
+        return await ws.write(
+            lambda draft: flush_to_warm(ws, draft, checkpoint.id, checkpoint.to_remove(draft.edit_hot()))
+        )
+
+    def _apply(self, draft: Draft, ws: Workspace, checkpoint: _Checkpoint, flushed_first: int) -> dict[str, Any]:
+        """(4) In the writer's batch: the compressed entries replaced by the summary, anything still left to flush
+        logged to warm, the record kept in hot and logged."""
+        plan = checkpoint.plan
+        doc = draft.edit_hot()
+        if str(doc.get("summary") or "") != plan.summary_before:
+            raise CheckpointFailed("the summary was changed while the checkpoint ran; nothing applied")
+        new, notes_left, removed, edited = checkpoint.compact(doc)
+        # Writes during the call (a new step, decision or note) are fine; what must never happen is that
+        # removing the compressed entries touches what is pinned now.
+        pinned_now = pinned(doc, plan.keep_decisions, plan.kept_notes)
+        if pinned(new, plan.keep_decisions, plan.kept_notes, notes_left) != pinned_now:
+            raise CheckpointFailed("applying the summary would change pinned context; nothing applied")
+        flushed = flushed_first + (flush_to_warm(ws, draft, checkpoint.id, removed) if checkpoint.flush else 0)
+        tokens_after = ws.hot.count(new)
+        record = self._record(draft, checkpoint, new["summary"], tokens_after, removed, edited, flushed)
+        # The newest records stay in hot; older ones are in git history and the warm log.
+        new["checkpoints"] = [*(doc.get("checkpoints") or []), record][-RECORDS_KEPT:]
+        draft.set_hot(new)
+        self._log_to_warm(draft, checkpoint, tokens_after, len(removed))
+        return record
+
+    def _record(
+        self,
+        draft: Draft,
+        checkpoint: _Checkpoint,
+        summary: str,
+        tokens_after: int,
+        removed: list[tuple[str, dict[str, Any], str]],
+        edited: list[str],
+        flushed: int,
+    ) -> dict[str, Any]:
+        """What `memd checkpoints` lists and `memd checkpoint show` and `undo` start from."""
+        plan, result, rejection = checkpoint.plan, checkpoint.summary.result, checkpoint.summary.rejection
+        record = {
+            "id": checkpoint.id,
+            "at": draft.now.isoformat(timespec="seconds"),
+            "tokens_before": plan.tokens_before,
+            "tokens_after": tokens_after,
+            "entries_compressed": len(removed),
+            "compressed": sorted(k for k, _, _ in removed) + (["summary"] if plan.summary_before else []),
+            "compressed_by_list": {
+                "notes": sorted(k for k, _, kind in removed if kind == "note"),
+                "decisions": sorted(k for k, _, kind in removed if kind == "decision"),
+            },
+            "kept_edited": edited,
+            "summary_sha256": hashlib.sha256(summary.encode()).hexdigest(),
+            "flushed_to_warm": flushed,
+            "pre_commit": checkpoint.pre_commit,
+            "post_commit": "",
+            "backend": result.backend,
+            "model": result.model,
+            "llm_tokens_in": result.tokens_in,
+            "llm_tokens_out": result.tokens_out,
+            "request_ids": result.request_ids,
+            "redactions": result.redactions,
         }
-        flush = self.config.flush_to_warm
+        if rejection:
+            record["rejected"] = {"backend": self.summarizer.name, "reason": rejection}
+        return record
 
-        def compressed(field: str, key: str, entry: dict[str, Any]) -> bool:
-            return summarized.get((field, key)) == entry
+    def _log_to_warm(self, draft: Draft, checkpoint: _Checkpoint, tokens_after: int, compressed: int) -> None:
+        rejection = checkpoint.summary.rejection
+        draft.log(
+            "checkpoint",
+            (
+                ("id", checkpoint.id),
+                ("tokens_before", str(checkpoint.plan.tokens_before)),
+                ("tokens_after", str(tokens_after)),
+                ("entries_compressed", str(compressed)),
+                ("pre_commit", checkpoint.pre_commit or "(snapshots disabled)"),
+                ("backend", checkpoint.summary.result.backend),
+                *((("rejected", f"{self.summarizer.name}: {rejection}"),) if rejection else ()),
+            ),
+            f"hot {checkpoint.plan.tokens_before} -> {tokens_after} tokens",
+        )
 
-        def to_remove(doc: HotDoc) -> list[tuple[str, dict[str, Any], str]]:
-            decisions, notes = keyed(list(doc.get("decisions") or [])), keyed(list(doc.get("notes") or []))
-            return [(k, e, "decision") for k, e in decisions if compressed("decisions", k, e)] + [
-                (k, e, "note") for k, e in notes if compressed("notes", k, e)
-            ]
-
-        def flush_first(draft: Draft) -> int:
-            """The flush as a batch of its own, durable before the apply (contract 3: what a checkpoint compresses
-            is in the warm log first, whatever happens to the apply)."""
-            return flush_to_warm(ws, draft, checkpoint_id, to_remove(draft.edit_hot()))
-
-        flushed_first = await ws.write(flush_first) if flush else 0
-
-        def apply(draft: Draft) -> dict[str, Any]:
-            doc = draft.edit_hot()
-            if str(doc.get("summary") or "") != plan.summary_before:
-                raise CheckpointFailed("the summary was changed while the checkpoint ran; nothing applied")
-            new = dict(doc)
-            notes, decisions = keyed(list(doc.get("notes") or [])), keyed(list(doc.get("decisions") or []))
-            notes_left = [(k, n) for k, n in notes if not compressed("notes", k, n)]
-            new["notes"] = [n for _, n in notes_left]
-            new["decisions"] = [d for k, d in decisions if not compressed("decisions", k, d)]
-            removed = to_remove(doc)
-            edited = sorted(
-                k
-                for field, entries in (("notes", notes), ("decisions", decisions))
-                for k, e in entries
-                if (field, k) in summarized and not compressed(field, k, e)
-            )
-            new["summary"] = summary + fold_line(plan.summary_before, len(removed), pre_commit)
-            # Writes during the call (a new step, decision or note) are fine; what must never happen is that
-            # removing the compressed entries touches what is pinned now.
-            pinned_now = pinned(doc, plan.keep_decisions, plan.kept_notes)
-            if pinned(new, plan.keep_decisions, plan.kept_notes, notes_left) != pinned_now:
-                raise CheckpointFailed("applying the summary would change pinned context; nothing applied")
-            flushed = flushed_first + (flush_to_warm(ws, draft, checkpoint_id, removed) if flush else 0)
-            tokens_after = ws.hot.count(new)
-            record = {
-                "id": checkpoint_id,
-                "at": draft.now.isoformat(timespec="seconds"),
-                "tokens_before": plan.tokens_before,
-                "tokens_after": tokens_after,
-                "entries_compressed": len(removed),
-                "compressed": sorted(k for k, _, _ in removed) + (["summary"] if plan.summary_before else []),
-                "compressed_by_list": {
-                    "notes": sorted(k for k, _, kind in removed if kind == "note"),
-                    "decisions": sorted(k for k, _, kind in removed if kind == "decision"),
-                },
-                "kept_edited": edited,
-                "summary_sha256": hashlib.sha256(new["summary"].encode()).hexdigest(),
-                "flushed_to_warm": flushed,
-                "pre_commit": pre_commit,
-                "post_commit": "",
-                "backend": result.backend,
-                "model": result.model,
-                "llm_tokens_in": result.tokens_in,
-                "llm_tokens_out": result.tokens_out,
-                "request_ids": result.request_ids,
-                "redactions": result.redactions,
-            }
-            if rejection:
-                record["rejected"] = {"backend": self.summarizer.name, "reason": rejection}
-            # The newest records stay in hot; older ones are in git history and the warm log.
-            new["checkpoints"] = [*(doc.get("checkpoints") or []), record][-RECORDS_KEPT:]
-            draft.set_hot(new)
-            draft.log(
-                "checkpoint",
-                (
-                    ("id", checkpoint_id),
-                    ("tokens_before", str(plan.tokens_before)),
-                    ("tokens_after", str(tokens_after)),
-                    ("entries_compressed", str(len(removed))),
-                    ("pre_commit", pre_commit or "(snapshots disabled)"),
-                    ("backend", result.backend),
-                    *((("rejected", f"{self.summarizer.name}: {rejection}"),) if rejection else ()),
-                ),
-                f"hot {plan.tokens_before} -> {tokens_after} tokens",
-            )
-            return record
-
-        record = await ws.write(apply)
+    async def _commit_after(self, ws: Workspace, checkpoint_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        """The post-state in git, its commit then written into the record; with no commit (snapshots off, or a
+        failure the snapshotter shows in status) the record's post_commit stays empty."""
         post_commit, _ = await self.snapshots.snapshot(
             ws,
             "after checkpoint",
@@ -321,10 +412,6 @@ class Checkpointer:
         )
         if post_commit:
             record = await ws.write(lambda d: self._set_post_commit(d, checkpoint_id, post_commit))
-        log.info(
-            "checkpoint %s of %s: hot %d -> %d tokens, %d entries compressed (%s)",
-            checkpoint_id, ws.name, record["tokens_before"], record["tokens_after"], len(plan.entries), result.backend,
-        )  # fmt: skip
         return record
 
     @staticmethod
