@@ -3,7 +3,7 @@
 memd.methods holds one `Method` per protocol method; everything else derives from it: dispatch checks the access
 kind and the parameters before a handler runs (memd.handlers), `Params` validates each value against its `Param`
 (memd.params), the MCP tools take their JSON schemas and hints from here (memd.frontends.mcp_server), `memd call`
-builds its options from the parameters (memd.cli), and the method table of docs/protocol.md is `doc_table()` (a
+builds its options from the parameters (memd.cli_parser), and the method table of docs/protocol.md is `doc_table()` (a
 test keeps the page in step). Imports nothing from memd: front ends read it without loading the daemon's code.
 """
 
