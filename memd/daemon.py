@@ -5,17 +5,16 @@ reads config files or the environment. Phases: start (lock, recover workspaces, 
 only enqueue; the loop handles them), stop (stop accepting, drain writes, STOPPING=1, remove the socket).
 Reload is parse-then-swap: an invalid config is logged and the old one kept.
 
-The event loop is uvloop when it is installed (`daemon.loop = "auto"`), else asyncio's own; `daemon.loop` or the
-environment variable MEMD_LOOP (which wins, to rule the loop out without editing the config) picks one. Status
-says which runs.
-
-The scheduled jobs are registered here from the config (again after every reload); what each one does is in
-memd.daemon_jobs (retention sweeps of many workspaces, bounded by `daemon.sweep_concurrency`, and their lock
-order too), and how `status` is assembled from the daemon-wide parts handed down is in memd.status_report.
-Imports memd (its version), memd.daemon_jobs, memd.listen, memd.malloc_tuning, memd.notify, memd.snapshot_push,
+The event loop is picked, and logging set up, by memd.runtime (`daemon.loop`, or MEMD_LOOP, which wins).
+The scheduled jobs are registered from the config by memd.daemon_jobs.schedule, handed this daemon, at start and
+again after every reload; what each one does is there too (retention sweeps of many workspaces, bounded by
+`daemon.sweep_concurrency`, and their lock order), and how `status` is assembled from the daemon-wide parts
+handed down is in memd.status_report.
+Imports memd (its version), memd.daemon_jobs, memd.listen, memd.malloc_tuning, memd.notify, memd.runtime,
 memd.status_report, memd.changes, memd.checkpoint, memd.config, memd.early_ack, memd.errors, memd.handlers,
 memd.jobs, memd.llm, memd.metrics, memd.promote_llm, memd.protocol, memd.registry, memd.search, memd.server,
-memd.snapshots, memd.summarizer, memd.sync, memd.tokens, memd.workspace and memd.writer: everything it wires.
+memd.snapshots, memd.stoppable, memd.summarizer, memd.sync, memd.tokens, memd.workspace and memd.writer:
+everything it wires.
 """
 
 from __future__ import annotations
@@ -27,13 +26,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping, MutableMapping
+from collections.abc import Collection, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memd import __version__, daemon_jobs, listen, malloc_tuning, notify, snapshot_push, status_report
+from memd import __version__, daemon_jobs, listen, malloc_tuning, notify, status_report
 from memd.changes import Fanout
 from memd.checkpoint import Checkpointer
 from memd.config import Config, ServerConfig, WorkspaceConfig, load_config
@@ -46,6 +45,7 @@ from memd.metrics import Metrics
 from memd.promote_llm import LlmPromoter
 from memd.protocol import Request
 from memd.registry import Registry
+from memd.runtime import configure_logging, loop_factory, loop_name
 from memd.search.service import SearchService
 from memd.server import Limits, Server
 from memd.snapshots import Snapshotter
@@ -58,7 +58,6 @@ from memd.writer import Completions
 
 log = logging.getLogger("memd")
 
-LOOPS = ("auto", "uvloop", "asyncio")
 GIT_THREADS = 4  # snapshot git processes at once, over all workspaces (see Daemon.__init__)
 
 
@@ -222,7 +221,7 @@ class Daemon:
         self.registry.start()
         await self.search.start(self.registry.workspaces.values())
         self.jobs.start()
-        self._schedule_jobs()
+        daemon_jobs.schedule(self)
         self.listener = listen.listen(self.config.server, self.env)
         self.server = self._new_server(self.config.server)
         await self.server.start(self.listener.sock)
@@ -284,64 +283,6 @@ class Daemon:
         if encoding not in self._counters:
             self._counters[encoding] = TokenCounter.for_encoding(encoding)
         return self._counters[encoding]
-
-    def _schedule_jobs(self) -> None:
-        """(Re)register every job from the current config (the jobs' work: memd.daemon_jobs). Each job reads the
-        config when it runs, not when it was registered."""
-        jobs = self.jobs
-        keep = {"reconcile", "budget-scan", "snapshot-flush"}
-        jobs.every(
-            "reconcile",
-            self.config.watch.reconcile_interval_seconds,
-            lambda: daemon_jobs.reconcile(self.registry, self.search),
-        )
-        jobs.every(
-            "snapshot-flush",
-            self.config.snapshot.interval_seconds,
-            lambda: daemon_jobs.snapshot_flush(self.snapshots, self.registry.workspaces),
-        )
-        if self.config.snapshot.remote and self.config.snapshot.sync:
-            keep.add("snapshot-sync")  # fetch, merge, then push: the push job's work and more
-            jobs.every("snapshot-sync", self.config.snapshot.push_interval_seconds, self.syncer.sync_all)
-        elif self.config.snapshot.remote:
-            keep.add("snapshot-push")
-            jobs.every(
-                "snapshot-push",
-                self.config.snapshot.push_interval_seconds,
-                lambda: snapshot_push.push_all(self.snapshots),
-            )
-        if self.config.snapshot.enabled and self.config.snapshot.gc_interval_seconds > 0:
-            keep.add("snapshot-gc")
-            jobs.every(
-                "snapshot-gc",
-                self.config.snapshot.gc_interval_seconds,
-                lambda: self.snapshots.maintain_all(self.gc_io, self.background),
-            )
-        jobs.every(
-            "budget-scan",
-            self.config.jobs.budget_scan_interval_seconds,
-            lambda: daemon_jobs.budget_scan(self.registry, self.checkpoints),
-        )
-        if self.config.metrics.textfile is not None:
-            keep.add("metrics-textfile")
-            jobs.every(
-                "metrics-textfile",
-                self.config.metrics.textfile_interval_seconds,
-                lambda: daemon_jobs.write_metrics(self.metrics, self.config.metrics, self.io),
-            )
-        groups: dict[tuple[str, str], list[str]] = {}
-        for name, ws in self.registry.workspaces.items():
-            groups.setdefault((ws.config.warm.sweep_cron, ws.config.warm.timezone), []).append(name)
-        for cron, tz in groups:
-            job_id = f"sweep {tz} {cron}"
-            keep.add(job_id)
-
-            async def sweep_group(cron: str = cron, tz: str = tz) -> dict[str, Any]:
-                concurrency = self.config.daemon.sweep_concurrency
-                return await daemon_jobs.sweep_group(self.registry.workspaces, cron, tz, concurrency)
-
-            jobs.cron(job_id, cron, tz, sweep_group)
-        jobs.remove_all_except(keep)
 
     def _promoter(self, config: Config) -> LlmPromoter | None:
         if config.promote.backend != "openai":
@@ -436,7 +377,7 @@ class Daemon:
         self.checkpoints.reconfigure(new.checkpoint, summarizer, new.llm.max_tokens_per_day, new.llm.deadline_seconds)
         self.jobs.reconfigure(new.jobs)
         self.search.reconfigure(new.search)
-        self._schedule_jobs()
+        daemon_jobs.schedule(self)
         self._retired = [s for s in self._retired if s.connections]
         for server in (self.server, *self._retired):
             server.recheck_peers()  # a uid the new config no longer allows is refused at its next request
@@ -480,34 +421,6 @@ def _limits(server: ServerConfig) -> Limits:
         server.idle_timeout_seconds,
         server.request_timeout_seconds,
     )
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
-
-
-def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """The event loop `daemon.loop` (or MEMD_LOOP) asks for. Raises StartupError for "uvloop" without uvloop, or
-    for a name that is not a loop."""
-    if choice not in LOOPS:
-        raise StartupError(f"MEMD_LOOP={choice!r} is not an event loop memd knows; use one of {', '.join(LOOPS)}")
-    if choice == "asyncio":
-        return asyncio.new_event_loop
-    try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            raise StartupError(
-                'daemon.loop = "uvloop" but uvloop is not installed (pip install uvloop), or use "auto"'
-            ) from None
-        return asyncio.new_event_loop
-    return uvloop.new_event_loop
-
-
-def loop_name() -> str:
-    """Which event loop runs this daemon: "uvloop" or "asyncio"."""
-    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
 
 
 def run(config_path: Path | None, env: MutableMapping[str, str]) -> int:

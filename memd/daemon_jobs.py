@@ -1,17 +1,17 @@
-"""The work of the daemon's scheduled jobs: retention sweeps of many workspaces, the interval snapshot flush, the
-reconcile scan, the budget scan and the metrics textfile.
+"""The daemon's scheduled jobs: which ones run, from the config (`schedule`), and the work of each: retention
+sweeps of many workspaces, the interval snapshot flush, the reconcile scan, the budget scan and the metrics textfile.
 
-memd.jobs schedules callables and knows nothing of what they do; memd.daemon registers these with it from the
-current config (and after every reload), handing in the parts each one works on, so that the wiring stays in the
-daemon and the bodies here can be read, and tested, without the rest of it.
+memd.jobs schedules callables and knows nothing of what they do; memd.daemon calls `schedule` at start and after
+every reload, handing in itself as the parts the jobs work on (`DaemonParts`), so that the daemon keeps only its
+lifecycle and the jobs, their wiring and their bodies, can be read, and tested, without the rest of it.
 
 Retention sweeps of many workspaces (the cron job, `retention.sweep` without a workspace) run at most
 `daemon.sweep_concurrency` workspaces at once. Lock order: a sweep holds only its own workspace's locks, in the
 order used everywhere (its repository's lock, then its writer; memd.snapshots), one after the other, so sweeps
 of different workspaces never wait on each other and cannot deadlock; the semaphore is taken before either lock
 and nothing that holds a workspace lock ever waits for it.
-Imports memd.checkpoint, memd.config, memd.metrics, memd.registry, memd.search, memd.snapshots, memd.sweep and
-memd.workspace.
+Imports memd.checkpoint, memd.config, memd.jobs, memd.metrics, memd.registry, memd.search, memd.snapshot_push,
+memd.snapshots, memd.stoppable, memd.sweep, memd.sync and memd.workspace.
 """
 
 from __future__ import annotations
@@ -20,18 +20,108 @@ import asyncio
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Protocol
 
-from memd import sweep
+from memd import snapshot_push, sweep
 from memd.checkpoint import Checkpointer
-from memd.config import MetricsConfig
+from memd.config import Config, MetricsConfig
+from memd.jobs import Jobs
 from memd.metrics import Metrics, write_textfile
 from memd.registry import Registry
 from memd.search.service import SearchService
 from memd.snapshots import Snapshotter
+from memd.stoppable import Stoppable
+from memd.sync import Syncer
 from memd.workspace import Workspace
 
 log = logging.getLogger("memd")
+
+
+class DaemonParts(Protocol):
+    """What the jobs work on (memd.daemon.Daemon): read when a job runs, so a reload's new config is the one used."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def jobs(self) -> Jobs: ...
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def search(self) -> SearchService: ...
+    @property
+    def snapshots(self) -> Snapshotter: ...
+    @property
+    def syncer(self) -> Syncer: ...
+    @property
+    def checkpoints(self) -> Checkpointer: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def io(self) -> Executor: ...
+    @property
+    def gc_io(self) -> Executor: ...
+    @property
+    def background(self) -> Stoppable: ...
+
+
+def schedule(daemon: DaemonParts) -> None:
+    """(Re)register every job from the daemon's current config. Each job reads the config when it runs, not when it
+    was registered."""
+    config = daemon.config
+    jobs = daemon.jobs
+    keep = {"reconcile", "budget-scan", "snapshot-flush"}
+    jobs.every(
+        "reconcile",
+        config.watch.reconcile_interval_seconds,
+        lambda: reconcile(daemon.registry, daemon.search),
+    )
+    jobs.every(
+        "snapshot-flush",
+        config.snapshot.interval_seconds,
+        lambda: snapshot_flush(daemon.snapshots, daemon.registry.workspaces),
+    )
+    if config.snapshot.remote and config.snapshot.sync:
+        keep.add("snapshot-sync")  # fetch, merge, then push: the push job's work and more
+        jobs.every("snapshot-sync", config.snapshot.push_interval_seconds, daemon.syncer.sync_all)
+    elif config.snapshot.remote:
+        keep.add("snapshot-push")
+        jobs.every(
+            "snapshot-push",
+            config.snapshot.push_interval_seconds,
+            lambda: snapshot_push.push_all(daemon.snapshots),
+        )
+    if config.snapshot.enabled and config.snapshot.gc_interval_seconds > 0:
+        keep.add("snapshot-gc")
+        jobs.every(
+            "snapshot-gc",
+            config.snapshot.gc_interval_seconds,
+            lambda: daemon.snapshots.maintain_all(daemon.gc_io, daemon.background),
+        )
+    jobs.every(
+        "budget-scan",
+        config.jobs.budget_scan_interval_seconds,
+        lambda: budget_scan(daemon.registry, daemon.checkpoints),
+    )
+    if config.metrics.textfile is not None:
+        keep.add("metrics-textfile")
+        jobs.every(
+            "metrics-textfile",
+            config.metrics.textfile_interval_seconds,
+            lambda: write_metrics(daemon.metrics, daemon.config.metrics, daemon.io),
+        )
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, ws in daemon.registry.workspaces.items():
+        groups.setdefault((ws.config.warm.sweep_cron, ws.config.warm.timezone), []).append(name)
+    for cron, tz in groups:
+        job_id = f"sweep {tz} {cron}"
+        keep.add(job_id)
+
+        async def one_group(cron: str = cron, tz: str = tz) -> dict[str, Any]:
+            concurrency = daemon.config.daemon.sweep_concurrency
+            return await sweep_group(daemon.registry.workspaces, cron, tz, concurrency)
+
+        jobs.cron(job_id, cron, tz, one_group)
+    jobs.remove_all_except(keep)
 
 
 async def sweep_each(

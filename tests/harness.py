@@ -18,7 +18,7 @@ import tomli_w
 from memd.client import Client
 
 STARTUP_TIMEOUT = 20.0
-# The event loops memd runs on (memd.daemon.loop_factory); tests of the server's behaviour run on each.
+# The event loops memd runs on (memd.runtime.loop_factory); tests of the server's behaviour run on each.
 LOOPS = ("uvloop", "asyncio")
 DEADLINE = 20.0  # generous: only ever reached when something is wrong
 T = TypeVar("T")
