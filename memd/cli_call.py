@@ -3,8 +3,8 @@
 Each method of memd.methods gets a subcommand whose options are its declared parameters (`--session-id` for
 `session_id`; lists repeat the option; details are `--details KEY=VALUE`; booleans are `--flag`/`--no-flag`),
 with the workspace as the first argument when the method takes one. A method declared tomorrow is callable here
-with no edit; the readable commands (`memd log`, `memd decide`, ...) stay hand-made in memd.cli_parser, and a test checks
-that they cover the declarations. The result is printed as JSON. Imports memd.methods and memd.declare.
+with no edit; the readable commands (`memd log`, `memd decide`, ...) stay hand-made in memd.cli_parser, and a test
+checks that they cover the declarations. The result is printed as JSON. Imports memd.methods and memd.declare.
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 
 Only the composition root (daemon, cli) calls `load_config`; everything else receives the pieces it needs.
 Unknown keys are errors naming the full key path; every problem is collected, not just the first. Paths expand
-`~` and `$VARS` from the environment passed in (never read implicitly). This module holds the schema (the
-dataclasses, their defaults, the sections and workspace keys) and `load_config`; the type-hint driven conversion of
-a table into a dataclass, with its error messages, lives in memd.config_parse; range checks in memd.config_checks.
-Imports memd.config_checks, memd.config_parse, memd.locate and memd.errors.
+`~` and `$VARS` from the environment passed in (never read implicitly). This module holds the loading: the
+sections and workspace keys, the defaults that depend on the environment, `load_config` and `config show`'s TOML.
+The dataclasses and their defaults live in memd.config_types and are re-exported from here; the type-hint driven
+conversion of a table into a dataclass, with its error messages, lives in memd.config_parse; range checks in
+memd.config_checks.
+Imports memd.config_checks, memd.config_parse, memd.config_types, memd.locate and memd.errors.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import tomli_w
@@ -23,198 +25,31 @@ import tomli_w
 from memd.config_checks import SUN_PATH_MAX as SUN_PATH_MAX  # re-exported: part of the config's contract
 from memd.config_checks import validate
 from memd.config_parse import as_table, build, convert, to_plain
+
+# The types live in memd.config_types (below memd.config_parse and memd.config_checks, which build and check them)
+# and are re-exported here: memd.config is the name every other module imports them by.
+from memd.config_types import BudgetConfig as BudgetConfig
+from memd.config_types import CheckpointConfig as CheckpointConfig
+from memd.config_types import Config as Config
+from memd.config_types import DaemonConfig as DaemonConfig
+from memd.config_types import DiscoveryConfig as DiscoveryConfig
+from memd.config_types import EventLoop as EventLoop
+from memd.config_types import JobsConfig as JobsConfig
+from memd.config_types import LimitsConfig as LimitsConfig
+from memd.config_types import LlmConfig as LlmConfig
+from memd.config_types import LogLevel as LogLevel
+from memd.config_types import MetricsConfig as MetricsConfig
+from memd.config_types import PromoteConfig as PromoteConfig
+from memd.config_types import SearchConfig as SearchConfig
+from memd.config_types import ServerConfig as ServerConfig
+from memd.config_types import SnapshotConfig as SnapshotConfig
+from memd.config_types import WarmConfig as WarmConfig
+from memd.config_types import WatchConfig as WatchConfig
+from memd.config_types import WorkspaceConfig as WorkspaceConfig
 from memd.errors import ConfigError
 from memd.locate import default_socket, default_state_dir, read_config_file
 
 WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-LogLevel = Literal["debug", "info", "warning", "error"]
-EventLoop = Literal["auto", "uvloop", "asyncio"]  # auto: uvloop when it is installed, else asyncio's own
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    state_dir: Path = Path("~/.local/state/memd")
-    log_level: LogLevel = "info"
-    shutdown_timeout_seconds: float = 10.0
-    loop: EventLoop = "auto"  # the event loop (restart to change); $MEMD_LOOP overrides it
-    sweep_concurrency: int = 8  # workspaces a retention sweep works on at once
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    socket: Path = Path("memd.sock")
-    socket_mode: int = 0o600
-    socket_group: str = ""
-    allowed_uids: tuple[int, ...] = ()
-    allowed_gids: tuple[int, ...] = ()
-    max_request_bytes: int = 1 << 20
-    max_connections: int = 1024
-    idle_timeout_seconds: float = 300.0
-    request_timeout_seconds: float = 10.0
-    max_pending_writes: int = 10_000
-
-
-@dataclass(frozen=True)
-class BudgetConfig:
-    encoding: str = "cl100k_base"
-    model_window: int = 200_000
-    hot: int = 10_000
-    warm: int = 20_000
-    cold: int = 10_000
-    checkpoint_threshold: float = 0.8
-    checkpoint_target: float = 0.5
-
-
-@dataclass(frozen=True)
-class WarmConfig:
-    retention_days: int = 7
-    recent_days: int = 3
-    timezone: str = "UTC"  # parse_config's default is the machine's zone (local_timezone), as agents stamp local time
-    sweep_cron: str = "30 3 * * *"
-    mode: Literal["delete", "archive"] = "delete"
-    archive_max_bytes: int = 64 * 1024 * 1024  # the most one archive file may decompress to (read or written)
-    # A workspace that had day files before memd first served it: its sweeps only report until one is confirmed
-    # ("report"), or run as any other's ("run").
-    adopted_sweep: Literal["report", "run"] = "report"
-    # Candidate learnings a sweep proposes (cold/PROPOSED.md) from each day it removes, at most; 0: none.
-    promote_max_per_day: int = 3
-
-
-@dataclass(frozen=True)
-class SnapshotConfig:
-    enabled: bool = True
-    paths: tuple[str, ...] = ("hot", "warm", "cold")
-    settle_seconds: float = 2.0
-    max_wait_seconds: float = 30.0
-    interval_seconds: float = 60.0
-    remote: str = ""
-    branch: str = "main"
-    push_interval_seconds: float = 300.0
-    push_timeout_seconds: float = 60.0
-    adopt_existing: bool = False
-    # How often the repositories memd made are checked for loose objects to pack (memd.git_maintenance); 0: never.
-    gc_interval_seconds: float = 600.0
-    # Two-way sync with `remote` (memd.sync): fetch and merge its history every push interval and before pushing.
-    sync: bool = False
-
-
-@dataclass(frozen=True)
-class LlmConfig:
-    backend: Literal["extractive", "openai"] = "extractive"
-    base_url: str = ""
-    model: str = "gpt-4o-mini"
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_seconds: float = 30.0
-    max_retries: int = 2
-    deadline_seconds: float = 120.0
-    redact_secrets: bool = True
-    max_tokens_per_day: int = 200_000
-
-
-@dataclass(frozen=True)
-class PromoteConfig:
-    """How a sweep finds the candidate learnings of the days it removes (memd.promote)."""
-
-    backend: Literal["extractive", "openai"] = "extractive"  # openai: [llm]'s endpoint, spend cap and deadline
-    max_prompt_tokens: int = 8_000  # of one day's entries sent to the LLM (estimated); the rest is not sent
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    keep_decisions: int = 3
-    recent_share: float = 0.2
-    backoff_seconds: float = 60.0
-    backoff_max_seconds: float = 21600.0
-    min_fact_coverage: float = 0.6
-    flush_to_warm: bool = True
-
-
-@dataclass(frozen=True)
-class DiscoveryConfig:
-    roots: tuple[Path, ...] = ()
-
-
-@dataclass(frozen=True)
-class WatchConfig:
-    enabled: bool = True
-    settle_seconds: float = 0.05
-    max_wait_seconds: float = 1.0
-    reconcile_interval_seconds: float = 60.0
-    polling_interval_seconds: float = 5.0
-
-
-@dataclass(frozen=True)
-class JobsConfig:
-    budget_scan_interval_seconds: float = 300.0
-    misfire_grace_seconds: float = 3600.0
-    job_timeout_seconds: float = 600.0
-
-
-@dataclass(frozen=True)
-class LimitsConfig:
-    """The largest tier files memd reads (bytes); a bigger file is a storage error, never read whole."""
-
-    hot_max_bytes: int = 4 << 20
-    cold_max_bytes: int = 16 << 20
-    warm_day_max_bytes: int = 64 << 20
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """Full-text search (memd.search): an index in the state dir, derived from the files, kept current off the
-    write path."""
-
-    enabled: bool = True
-    recency_half_life_days: float = 30.0  # a warm entry this old weighs halfway between 1 and recency_floor
-    recency_floor: float = 0.3  # the weight a warm entry keeps however old (hot and cold never decay)
-    index_delay_seconds: float = 0.5  # the index takes changes in once writes pause this long...
-    index_max_wait_seconds: float = 30.0  # ...or this long after the first one at the latest (queries catch up first)
-
-
-@dataclass(frozen=True)
-class MetricsConfig:
-    """Prometheus metrics (memd.metrics): always answered by the `metrics` method; optionally also written to a
-    file for node_exporter's textfile collector. memd never listens on a port for them."""
-
-    textfile: Path | None = None  # e.g. /var/lib/node_exporter/textfile_collector/memd.prom; None: no file
-    textfile_interval_seconds: float = 15.0
-
-
-@dataclass(frozen=True)
-class WorkspaceConfig:
-    """One workspace: its directory plus its effective budget and warm policy (global, then overrides)."""
-
-    name: str
-    path: Path
-    budget: BudgetConfig = field(default_factory=BudgetConfig)
-    warm: WarmConfig = field(default_factory=WarmConfig)
-    readers: tuple[int, ...] = ()
-    writers: tuple[int, ...] = ()
-    project: Path | None = None  # the project directory whose agents use this workspace (memd.frontends.project)
-
-
-@dataclass(frozen=True)
-class Config:
-    daemon: DaemonConfig = field(default_factory=DaemonConfig)
-    server: ServerConfig = field(default_factory=ServerConfig)
-    budget: BudgetConfig = field(default_factory=BudgetConfig)
-    warm: WarmConfig = field(default_factory=WarmConfig)
-    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
-    llm: LlmConfig = field(default_factory=LlmConfig)
-    promote: PromoteConfig = field(default_factory=PromoteConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
-    watch: WatchConfig = field(default_factory=WatchConfig)
-    jobs: JobsConfig = field(default_factory=JobsConfig)
-    limits: LimitsConfig = field(default_factory=LimitsConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    workspaces: Mapping[str, WorkspaceConfig] = field(default_factory=dict)
-    source: Path | None = None  # the file this came from; None for the embedded default
-
-    def workspace_for_discovered(self, name: str, path: Path) -> WorkspaceConfig:
-        return WorkspaceConfig(name=name, path=path, budget=self.budget, warm=self.warm)
-
 
 _SECTIONS: dict[str, type] = {
     "daemon": DaemonConfig,

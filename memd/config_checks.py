@@ -1,7 +1,7 @@
 """Range and consistency checks of a parsed configuration (memd.config calls `validate`).
 
-Each check adds messages naming the full key path to `errors`; none raises. Imports nothing from memd at run time
-(the config types only for annotations).
+Each check adds messages naming the full key path to `errors`; none raises. Imports memd.config_types (the types
+it checks).
 """
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-if TYPE_CHECKING:
-    from memd.config import BudgetConfig, Config, WarmConfig
+from memd.config_types import BudgetConfig, Config, WarmConfig
 
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
 TIER_MAX_BYTES_RANGE = (1 << 20, 1 << 30)  # a tier file is read whole into memory: bounded both ways
