@@ -3,8 +3,8 @@ of files at a commit (`show`, `files_at`) and the difference between two commits
 worker thread.
 
 Nothing here writes to the repository. A revision is resolved to a commit first (`resolve`): one that looks like
-an option, or names no commit, is NotFound, never handed to git as an argument. Imports memd.gitrepo and
-memd.errors.
+an option, or names no commit, is NotFound, never handed to git as an argument. Imports memd.gitrepo,
+memd.gitrepo_setup and memd.errors.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memd.errors import NotFound
-from memd.gitrepo import GIT_TIMEOUT, GitRepo
+from memd.gitrepo import GitRepo
+from memd.gitrepo_setup import GIT_TIMEOUT
 
 FIELD, RECORD = "\x1f", "\x1e"
 

@@ -7,7 +7,7 @@ snapshot), with the tier files proper named one by one. Only when git says an ig
 (the user's global excludes, `core.excludesFile`, or a `.gitignore` in the workspace) does a second add stage the
 tier files with `--force`: no ignore rule decides what memd keeps. memd's own files (its `.memd-tmp-`
 temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on every `add`. Imports
-memd.gitrepo, memd.git_objects and memd.fsio.
+memd.gitrepo, memd.gitrepo_setup, memd.git_objects and memd.fsio.
 """
 
 from __future__ import annotations
@@ -19,16 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from memd import fsio, git_objects
-from memd.gitrepo import (
-    ARCHIVE_DIR,
-    DAY_FILE,
-    GIT_TIMEOUT,
-    OWN_FILES_PATHSPECS,
-    TIER_FILES,
-    WARM_DIR,
-    GitError,
-    GitRepo,
-)
+from memd.gitrepo import ARCHIVE_DIR, DAY_FILE, OWN_FILES_PATHSPECS, TIER_FILES, WARM_DIR, GitRepo
+from memd.gitrepo_setup import GIT_TIMEOUT, GitError
 
 ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it
 

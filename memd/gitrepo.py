@@ -1,15 +1,10 @@
 """The git CLI adapter for one workspace's snapshot repository. Blocking calls: run them in a worker thread.
 
-Where the repository lives: `<workspace>/.git` when memd creates it there (so `git log hot/context.json` works
-in the workspace), unless that would nest inside, or take over, a repository memd did not create: a workspace
-inside someone's project work tree, or one that already has its own `.git`, gets a separate git dir under the
-state directory (`core.worktree` pointing at the workspace), which never touches the outer repository. A
-`.git` that exists is used only if it says `memd.managed = true`, or if the config says to adopt it (a `.git`
-that is a symlink or a file never is).
-
-What a snapshot holds, and how it is staged: `memd.git_staging`. A repository memd creates gets `info/exclude`
-(memd's own files and the common editor temporaries: a person's `git add -A` skips them too) and
-`info/attributes` that turn off end-of-line conversion and filters, so git stores each file's exact bytes.
+Where the repository lives (a `.git` in the workspace, or a separate git dir under the state directory), making
+it with memd's ignore and attribute rules, telling whether it is memd's, and refusing one in the middle of a merge:
+memd.gitrepo_setup, to which `locate`, `ensure`, `managed` and `check_safe` delegate; it also defines the errors
+raised here (`GitError` and its kinds), `GIT_TIMEOUT` and git's environment, since set-up needs them before there is
+a GitRepo. What a snapshot holds, and how it is staged: memd.git_staging.
 
 The workspace directory is pinned (device, inode) when this object is made: every git command first checks that
 the path is still that directory, not a symlink or another directory swapped in, so nothing is ever `git init`-ed
@@ -20,7 +15,7 @@ Every call: a timeout, `GIT_TERMINAL_PROMPT=0`, an explicit identity, hooks disa
 
 The locks git leaves (waiting for a live git's `index.lock`, removing the ones a killed git left): memd.git_locks.
 Reading the history back (log, a file at a commit, diffs): memd.git_history.
-Imports memd.errors, memd.fsio, memd.git_locks, memd.git_objects and memd.stoppable.
+Imports memd.gitrepo_setup (and its errors), memd.git_locks, memd.git_objects and memd.stoppable.
 """
 
 from __future__ import annotations
@@ -32,15 +27,13 @@ import re
 import shutil
 import stat
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from memd import fsio, git_locks, git_objects
-from memd.errors import MemdError, Unavailable
+from memd import git_locks, git_objects, gitrepo_setup
+from memd.gitrepo_setup import GIT_TIMEOUT, LOCK_FILE, GitError, GitInterrupted, GitMissing
 from memd.stoppable import ProcessStopped, Stoppable
 
-GIT_TIMEOUT = 30.0
 TRAILERS = (
     "Memd-Reason",
     "Memd-Session",
@@ -50,55 +43,13 @@ TRAILERS = (
     "Memd-Tokens-Before",
     "Memd-Tokens-After",
 )
-_UNSAFE_MARKERS = ("MERGE_HEAD", "rebase-merge", "rebase-apply", "CHERRY_PICK_HEAD", "REVERT_HEAD", "BISECT_LOG")
-LOCK_FILE = ".memd.lock"  # the workspace lock at the workspace's root: never committed
 # Never staged, whatever anyone's ignore rules say (`add --force` ignores every exclude file, memd's own too).
 OWN_FILES_PATHSPECS = (":(exclude,glob)**/*.memd-tmp-*", f":(exclude,top){LOCK_FILE}")
-# Editors' temporaries (vim's swap files and its `4913` write probe, backups `name~`, emacs' `.#name` locks and
-# `#name#` autosaves, ...): not committed by default. A workspace `.gitignore` line `!pattern` brings one back.
-EDITOR_TEMPORARIES = (
-    "*~",
-    ".*.sw[a-p]",
-    "4913",
-    ".#*",
-    "\\#*#",
-    "*.tmp",
-    "*.kate-swp",
-    ".~lock.*#",
-    "*___jb_tmp___",
-    "*___jb_old___",
-)
-INFO_EXCLUDE = (
-    f"# written by memd\n*.memd-tmp-*\n.git.memd-tmp-*\n/{LOCK_FILE}\n# editors' temporaries\n"
-    + "\n".join(EDITOR_TEMPORARIES)
-    + "\n"
-)
 # The tier files proper: added with `--force` whatever the ignore rules say (`git_staging.stage`).
 HOT_FILES = ("hot/context.json", "hot/memd.json")
 TIER_FILES = (*HOT_FILES, "cold/MEMORY.md", "cold/PROPOSED.md")
 WARM_DIR, ARCHIVE_DIR = "warm", "warm/archive"
 DAY_FILE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\.md")
-# Exact bytes in, exact bytes out: retention compares the committed blob with the file before it deletes.
-INFO_ATTRIBUTES = (
-    "# written by memd: store every file exactly as it is\n* -text -filter -ident -working-tree-encoding\n"
-)
-
-
-class GitError(MemdError):
-    code = -32010
-
-
-class RepoUnsafe(GitError):
-    """A merge, rebase or similar is in progress: memd will not commit into the middle of it."""
-
-
-class GitInterrupted(GitError):
-    """A background git (a gc) ended because memd is stopping: nothing is wrong with the repository."""
-
-
-class GitMissing(Unavailable):
-    pass
-
 
 _URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 
@@ -107,62 +58,6 @@ def redact_urls(text: str) -> str:
     """`text` with the user information (`user:token@`) of every URL in it removed: a remote's URL may carry
     credentials, and it is shown in status, replies, logs and git's own messages."""
     return _URL_USERINFO.sub(r"\1", text)
-
-
-def find_git() -> str:
-    git = shutil.which("git")
-    if git is None:
-        raise GitMissing("git is not on PATH: snapshots are disabled (install git; writes are unaffected)")
-    return git
-
-
-# A workspace's parent's answer, kept this long: workspaces usually share a parent (one directory of agents), and a
-# first sweep locates hundreds of repositories, each asking about the same parent; a `git init` there is seen
-# after this long.
-PARENT_ANSWER_SECONDS = 10.0
-_parent_answers: dict[str, tuple[float, bool]] = {}
-
-
-def inside_other_work_tree(path: Path, git: str) -> bool:
-    """True when `path`'s parent belongs to a git work tree (someone's project repository)."""
-    parent = path.absolute().parent
-    if not any(os.path.lexists(directory / ".git") for directory in (parent, *parent.parents)):
-        return False  # git finds a work tree only through a `.git` above it: no process to ask (most workspaces)
-    now = time.monotonic()
-    known = _parent_answers.get(str(parent))
-    if known is not None and now - known[0] < PARENT_ANSWER_SECONDS:
-        return known[1]
-    try:
-        out = subprocess.run(
-            [git, "-C", str(parent), "rev-parse", "--is-inside-work-tree"],
-            capture_output=True,
-            timeout=GIT_TIMEOUT,
-            env={**_base_env(), "GIT_CEILING_DIRECTORIES": ""},
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    inside = out.returncode == 0 and out.stdout.strip() == b"true"
-    if len(_parent_answers) > 256:
-        _parent_answers.clear()  # bounded: a few parents in practice
-    _parent_answers[str(parent)] = (now, inside)
-    return inside
-
-
-def _base_env() -> dict[str, str]:
-    # What git needs to run and to reach a push remote (an ssh agent, a custom ssh command); nothing else.
-    passed = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "SSH_AUTH_SOCK", "GIT_SSH_COMMAND", "GIT_SSH")
-    keep = {k: v for k, v in os.environ.items() if k in passed}
-    return {
-        **keep,
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "memd",
-        "GIT_AUTHOR_EMAIL": "memd@localhost",
-        "GIT_COMMITTER_NAME": "memd",
-        "GIT_COMMITTER_EMAIL": "memd@localhost",
-        "GIT_OPTIONAL_LOCKS": "0",
-    }
 
 
 class GitRepo:
@@ -185,16 +80,8 @@ class GitRepo:
 
     @classmethod
     def locate(cls, work_tree: Path, separate_dir: Path, git: str, paths: Sequence[str], adopt: bool) -> GitRepo:
-        """Choose where this workspace's snapshot repository lives (see the module docstring)."""
-        _root_identity(work_tree)  # a symlinked or missing workspace gets no repository anywhere
-        own = work_tree / ".git"
-        if fsio.is_real_dir(own):
-            if adopt or _managed_marker(git, own) == "true":
-                return cls(work_tree, own, git, paths)
-            return cls(work_tree, separate_dir, git, paths)
-        if os.path.lexists(own) or inside_other_work_tree(work_tree, git):
-            return cls(work_tree, separate_dir, git, paths)
-        return cls(work_tree, own, git, paths)
+        """Choose where this workspace's snapshot repository lives (`gitrepo_setup.git_dir_for`)."""
+        return cls(work_tree, gitrepo_setup.git_dir_for(work_tree, separate_dir, git, adopt), git, paths)
 
     def over(self, tree: Path) -> GitRepo:
         """This repository reading `tree` as its work tree (a mirror of the workspace, memd.git_mirror), for staging
@@ -205,7 +92,7 @@ class GitRepo:
 
     def check_root(self) -> None:
         """Raise GitError unless the workspace path is still the directory this repository was made for."""
-        identity = _root_identity(self.root)
+        identity = gitrepo_setup.root_identity(self.root)
         if self._root is None:
             self._root = identity
         elif identity != self._root:
@@ -223,7 +110,7 @@ class GitRepo:
 
     def env(self) -> dict[str, str]:
         """The environment every git of this repository runs with."""
-        return {**_base_env(), "GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.work_tree)}
+        return {**gitrepo_setup.base_env(), "GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.work_tree)}
 
     def run(self, *args: str, check: bool = True, timeout: float = GIT_TIMEOUT, input: bytes | None = None) -> bytes:
         return self._exec(args, check, timeout, input).stdout
@@ -243,7 +130,7 @@ class GitRepo:
 
     def managed(self) -> bool:
         """Did memd make this repository (`memd.managed = true`)? An adopted one is left as its owner set it."""
-        return _managed_marker(self.git, self.git_dir) == "true"
+        return gitrepo_setup.managed_marker(self.git, self.git_dir) == "true"
 
     def _exec(
         self,
@@ -310,68 +197,16 @@ class GitRepo:
     # --- snapshots -------------------------------------------------------------------------------------------
 
     def ensure(self, branch: str, started_at: float | None = None) -> None:
-        """Create the repository on first use (memd-managed, with what it must ignore). `started_at`: when this
-        daemon started (wall clock), or None; a lock older than that, with no git running, was left by a git
-        killed with the previous daemon and goes at once; any other only once stale
+        """Create the repository on first use (memd-managed, with what it must ignore: `gitrepo_setup.ensure`).
+        `started_at`: when this daemon started (wall clock), or None; a lock older than that, with no git running,
+        was left by a git killed with the previous daemon and goes at once; any other only once stale
         (`git_locks.clear_stale_locks`)."""
-        self.check_root()
-        if (self.git_dir / "HEAD").exists():
-            if _managed_marker(self.git, self.git_dir) == "true":
-                self._write_own_rules(self.git_dir)  # repositories made by an older memd get them too
-                git_locks.clear_stale_locks(self, min_age=git_locks.start_lock_age(started_at))
-            return
-        self.git_dir.parent.mkdir(parents=True, exist_ok=True)
-        # Built under a temporary name and renamed into place, so a kill half-way never leaves a `.git` without
-        # its memd.managed mark (which memd would then take for someone else's repository).
-        final = self.git_dir
-        for leftover in final.parent.glob(f"{final.name}.memd-tmp-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        self.git_dir = final.parent / f"{final.name}.memd-tmp-{os.getpid()}"
-        try:
-            # No template (git's sample hooks are never run: hooks are off for memd's git), and memd's two settings
-            # written beside git's own: two `git config` processes less per new workspace.
-            self.run("init", "--quiet", "--template=", f"--initial-branch={branch}")
-            settings = f"[memd]\n\tmanaged = true\n[core]\n\tworktree = {_config_value(str(self.work_tree))}\n"
-            with open(self.git_dir / "config", "a", encoding="utf-8") as config:
-                config.write(settings)
-                config.flush()
-                os.fsync(config.fileno())  # the mark must not be lost once the repository is in place
-            self._write_own_rules(self.git_dir)
+        if gitrepo_setup.ensure(self, branch, started_at):
             self.has_commits = False
             self._made_here = True
-            self.check_root()  # the last look before the repository appears in the workspace
-            os.rename(self.git_dir, final)
-        except BaseException:
-            shutil.rmtree(self.git_dir, ignore_errors=True)
-            raise
-        finally:
-            self.git_dir = final
-
-    @staticmethod
-    def _write_own_rules(git_dir: Path) -> None:
-        """memd's `info/exclude` and `info/attributes` (only in repositories memd made; never in an adopted one)."""
-        info = git_dir / "info"
-        info.mkdir(parents=True, exist_ok=True)
-        for name, text in (("exclude", INFO_EXCLUDE), ("attributes", INFO_ATTRIBUTES)):
-            path = info / name
-            try:
-                current = path.read_text()
-            except FileNotFoundError:
-                current = ""
-            have = set(current.splitlines())
-            missing = [line for line in text.splitlines() if line not in have]
-            if missing:  # added to, never rewritten: lines a person put there stay
-                path.write_text(
-                    current + ("" if not current or current.endswith("\n") else "\n") + "\n".join(missing) + "\n"
-                )
 
     def check_safe(self) -> None:
-        for marker in _UNSAFE_MARKERS:
-            if (self.git_dir / marker).exists():
-                raise RepoUnsafe(
-                    f"repo-unsafe: {marker} in {self.git_dir} (a merge/rebase is in progress); memd skips snapshots "
-                    "until it is finished or aborted"
-                )
+        gitrepo_setup.check_safe(self.git_dir)
 
     def wait_for_index_lock(self, timeout: float = GIT_TIMEOUT) -> None:
         """Wait for a live git's index.lock, removing the locks a git that died left (`git_locks`); GitError when
@@ -515,46 +350,6 @@ _MOVED_MEANWHILE = (
 
 
 _C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}  # git's messages, for the callers that read them
-
-
-def _config_value(value: str) -> str:
-    """`value` as a git config file holds it: quoted, so that spaces, `#` and `;` are kept, with backslash, quote
-    and newline escaped (git-config(1), "Syntax")."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
-
-
-def _managed_marker(git: str, git_dir: Path) -> str:
-    """`memd.managed` read from the config file itself: a repository whose HEAD or objects broke while memd was
-    down is still recognised as memd's (and reported as broken) instead of being replaced by a fresh one."""
-    config = git_dir / "config"
-    if not config.exists():
-        return ""
-    try:
-        out = subprocess.run(
-            [git, "config", "--file", str(config), "--get", "memd.managed"],
-            capture_output=True, timeout=GIT_TIMEOUT, env=_base_env(), check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    if out.returncode not in (0, 1):  # 1: key absent; anything else: the file cannot be read
-        raise GitError(f"cannot read {config} to tell whether memd manages it: {out.stderr.decode().strip()}")
-    return out.stdout.decode().strip()
-
-
-def _root_identity(work_tree: Path) -> tuple[int, int]:
-    """(device, inode) of the workspace directory itself; GitError when it is gone, a symlink or not a directory."""
-    try:
-        st = os.lstat(work_tree)
-    except FileNotFoundError:
-        raise GitError(f"workspace directory {work_tree} is gone; no git command runs for it") from None
-    except OSError as exc:
-        raise GitError(f"cannot look at workspace directory {work_tree}: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise GitError(f"workspace directory {work_tree} is a symlink now; memd never runs git through it")
-    if not stat.S_ISDIR(st.st_mode):
-        raise GitError(f"workspace directory {work_tree} is not a directory; no git command runs for it")
-    return st.st_dev, st.st_ino
 
 
 def _one_line(text: str) -> str:

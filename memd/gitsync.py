@@ -8,7 +8,7 @@ as it was), the merge commit is made with `commit-tree`, HEAD is moved with a co
 fast-forwards. The merges of memd's files are git merge drivers (memd.merge_driver), declared through attributes
 and `merge.memd-*.driver` passed on the merge's own command line; a repository memd made also gets them in its
 `info/attributes` and config, so a person's `git pull` in it merges the same way.
-Imports memd.gitrepo and memd.merge_driver.
+Imports memd.gitrepo, memd.gitrepo_setup and memd.merge_driver.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd.gitrepo import ARCHIVE_DIR, DAY_FILE, TIER_FILES, WARM_DIR, GitError, GitRepo, redact_urls
+from memd.gitrepo import ARCHIVE_DIR, DAY_FILE, TIER_FILES, WARM_DIR, GitRepo, redact_urls
+from memd.gitrepo_setup import GitError
 from memd.merge_driver import KINDS, kind_of
 
 SYNC_REF = "refs/memd/sync/remote"

@@ -6,7 +6,8 @@ only reads refs and objects, and may take a minute) and only when HEAD moved sin
 through. A remote that has commits the workspace lacks stops the pushes of that workspace (`diverged`, with the
 commands that reconcile it in status) until a person reconciles it and asks again (`reset_push`); memd.sync
 merges instead. Outcomes and errors go to each workspace's `RepoState` (status shows them), a remote's
-credentials never. Imports memd.snapshots, memd.gitrepo and memd.config.
+credentials never. Imports memd.snapshots, memd.gitrepo,
+memd.gitrepo_setup and memd.config.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import asyncio
 import logging
 
 from memd.config import SnapshotConfig
-from memd.gitrepo import GitError, redact_urls
+from memd.gitrepo import redact_urls
+from memd.gitrepo_setup import GitError
 from memd.snapshots import Snapshotter, head_or_empty
 
 log = logging.getLogger(__name__)

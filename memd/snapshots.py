@@ -11,17 +11,18 @@ restart: the old history is gone (logged once), the new one starts from the file
 commit and before any `git init`, the workspace directory must still be the one memd opened
 (`Workspace.check_identity`; `GitRepo` checks it again before each git command), so a directory swapped for a
 symlink is never initialised or committed through.
-The hot tier's layout change (memd's own keys out of hot/context.json into hot/memd.json) is made here too, since
-it must follow a commit of the state before it: `split_hot` commits, has the writer split, commits again; it runs
-when a workspace is tracked, when a change or restore leaves memd's keys in context.json, and from every flush
-until it succeeds.
+The hot tier's layout change (memd's own keys out of hot/context.json into hot/memd.json), which must follow a
+commit of the state before it: memd.hot_split, one `HotSplit` per snapshotter (`hot_split`), scheduled when a
+workspace is tracked, when a change or a restore (`maybe_split`) leaves memd's keys in context.json, and from every
+flush.
 Before a retention sweep deletes, `before_destructive` commits and hands back what git holds of `warm/` at HEAD
 (`retention.Held`); the sweep deletes or archives only the days whose bytes are that blob.
 Reading the history back and restoring files from it: memd.snapshot_history; pushing it to the remote:
 memd.snapshot_push. Both drive a Snapshotter through its public methods (`repo_for`, `states`, `commit_locked`,
-`io`), as memd.sync does.
-Imports memd.gitrepo, memd.git_staging, memd.git_mirror, memd.git_maintenance, memd.workspace, memd.retention (its
-`Held`), memd.debounce, memd.fsio, memd.config and memd.errors.
+`io`), as memd.sync and memd.hot_split do.
+Imports memd.gitrepo, memd.gitrepo_setup (git's errors, `find_git`), memd.hot_split, memd.git_staging,
+memd.git_mirror, memd.git_maintenance, memd.workspace, memd.retention (its `Held`), memd.debounce, memd.fsio,
+memd.stoppable, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ from memd import fsio, git_maintenance, git_mirror, git_staging
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
 from memd.errors import MemdError, StorageError, Unavailable
-from memd.gitrepo import GIT_TIMEOUT, GitError, GitInterrupted, GitMissing, GitRepo, RepoUnsafe, find_git
+from memd.gitrepo import GitRepo
+from memd.gitrepo_setup import GIT_TIMEOUT, GitError, GitInterrupted, GitMissing, RepoUnsafe, find_git
+from memd.hot_split import HotSplit
 from memd.retention import Held
 from memd.stoppable import Stoppable
 from memd.workspace import Workspace
@@ -92,7 +95,7 @@ class Snapshotter:
         self._states: dict[str, RepoState] = {}
         self._workspaces: dict[str, Workspace] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._splitting: set[str] = set()  # workspaces whose hot split is scheduled or running
+        self.hot_split = HotSplit(self)
         self._debounce: Debouncer[str] = Debouncer(config.settle_seconds, config.max_wait_seconds, self._fire)
         try:
             self._git: str | None = find_git()
@@ -108,7 +111,7 @@ class Snapshotter:
     def track(self, ws: Workspace) -> None:
         self._workspaces[ws.name] = ws
         self._states.setdefault(ws.name, RepoState())
-        self.maybe_split(ws)
+        self.hot_split.schedule(ws)
 
     def reconfigure(self, config: SnapshotConfig) -> None:
         self.config = config
@@ -124,7 +127,7 @@ class Snapshotter:
     def on_change(self, ws: Workspace, tiers: frozenset[str], origin: str) -> None:
         """Change listener (the daemon's Fanout): schedule a debounced snapshot when a snapshotted tier changed."""
         if "hot" in tiers:
-            self.maybe_split(ws)
+            self.hot_split.schedule(ws)
         relevant = tiers & set(self.config.paths)
         if not relevant or not self.config.enabled:
             return
@@ -136,14 +139,15 @@ class Snapshotter:
     def request(self, ws: Workspace, reason: str) -> None:
         """Snapshot soon, without waiting for it (session start)."""
         if self.config.enabled:
-            self._spawn(self.snapshot(ws, reason))
+            self.spawn(self.snapshot(ws, reason))
 
     def _fire(self, name: str, reasons: set[str]) -> None:
         ws = self._workspaces.get(name)
         if ws is not None:
-            self._spawn(self.snapshot(ws, " + ".join(sorted(reasons)) or "writes"))
+            self.spawn(self.snapshot(ws, " + ".join(sorted(reasons)) or "writes"))
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
+        """Run `coro` as a task of this snapshotter's: `flush` waits for it (memd.hot_split's too)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -197,7 +201,7 @@ class Snapshotter:
         """Snapshot every dirty workspace now (interval job, shutdown). Returns commits made."""
         self._debounce.drain()  # what was waiting to settle is committed below, under this reason
         for tracked in list(self._workspaces.values()):
-            self.maybe_split(tracked)  # one postponed because a commit failed is tried again
+            self.hot_split.schedule(tracked)  # one postponed because a commit failed is tried again
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         made = 0
@@ -380,53 +384,6 @@ class Snapshotter:
             except GitError as exc:
                 raise Unavailable(f"snapshot repository of {ws.name!r} is unusable: {exc.message}") from None
 
-    # --- the hot tier's two files ----------------------------------------------------------------------------
-
-    def maybe_split(self, ws: Workspace) -> None:
-        """Schedule the hot split (`split_hot`) when hot/context.json holds memd's own keys (and none is
-        scheduled yet)."""
-        if not ws.hot.needs_split or ws.name in self._splitting:
-            return
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # not serving yet: the next change or flush schedules it
-            return
-        self._splitting.add(ws.name)
-        self._spawn(self.split_hot(ws))
-
-    async def split_hot(self, ws: Workspace) -> bool:
-        """Move memd's own hot state out of hot/context.json into hot/memd.json (a workspace from before format 2,
-        a restored old hot/, a person's edit of one of memd's keys), after committing the state as it is: that
-        commit undoes it (`memd restore NAME <commit> hot`). When the commit fails, nothing moves (writes keep the
-        keys where they are) and the next flush tries again. Returns whether anything moved."""
-        try:
-            if ws.name not in self._workspaces:
-                self.track(ws)
-            state = self._states[ws.name]
-            async with state.lock:
-                if not ws.hot.needs_split:
-                    return False
-                commits = self.config.enabled and self._git is not None and "hot" in self.config.paths
-                before = ""
-                if commits:
-                    before, _ = await self._snapshot_locked(ws, state, "before hot split", None, whole=True)
-                    if not before:
-                        log.warning(
-                            "workspace %s: hot/context.json keeps memd's keys until its state can be committed "
-                            "first (%s)", ws.name, state.last_error or "unknown snapshot error",
-                        )  # fmt: skip
-                        return False
-                try:
-                    moved = await ws.split_hot()
-                except MemdError as exc:  # a corrupt file, the workspace closing: tried again later
-                    log.warning("workspace %s: hot split postponed: %s", ws.name, exc.message)
-                    return False
-                if moved and commits:
-                    await self._snapshot_locked(ws, state, "hot split", {"Memd-Hot-Split-From": before}, whole=True)
-                return moved
-        finally:
-            self._splitting.discard(ws.name)
-
     # --- memd.sync, memd.snapshot_history and memd.snapshot_push drive these -----------------------------------
 
     def tracked(self) -> list[Workspace]:
@@ -442,6 +399,15 @@ class Snapshotter:
         if ws.name not in self._workspaces:
             self.track(ws)
         return self._states[ws.name]
+
+    def commits(self, tier: str) -> bool:
+        """Do snapshots commit `tier` (snapshots on, git found, the tier among `snapshot.paths`)?"""
+        return self.config.enabled and self._git is not None and tier in self.config.paths
+
+    def maybe_split(self, ws: Workspace) -> None:
+        """Schedule the hot split (memd.hot_split) if `ws` needs one; memd.snapshot_history calls it after a
+        restore."""
+        self.hot_split.schedule(ws)
 
     async def repo_locked(self, ws: Workspace, state: RepoState) -> GitRepo:
         """The repository, made if needed; the caller holds `state.lock`."""

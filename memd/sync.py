@@ -26,7 +26,7 @@ session it logs a warm entry naming that session and its commit. The shared hist
 machine whose session changed last: this machine's hot files, left as it last committed them, are not committed
 again until they change (`RepoState.hot_kept`), else two idle machines would each commit theirs after every sync.
 Imports memd.snapshots, memd.snapshot_push (its `remote_for`), memd.workspace, memd.gitsync, memd.gitrepo,
-memd.merge_driver, memd.fsio, memd.fsio_batch, memd.config and memd.errors.
+memd.gitrepo_setup, memd.merge_driver, memd.fsio, memd.fsio_batch, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from typing import Any, TypeVar
 from memd import fsio, fsio_batch, gitsync, snapshot_push
 from memd.config import SnapshotConfig
 from memd.errors import MemdError, Unavailable
-from memd.gitrepo import HOT_FILES, GitError, GitRepo, redact_urls
+from memd.gitrepo import HOT_FILES, GitRepo, redact_urls
+from memd.gitrepo_setup import GitError
 from memd.merge_driver import kind_of, merge
 from memd.snapshots import RepoState, Snapshotter
 from memd.workspace import Workspace

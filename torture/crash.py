@@ -233,7 +233,7 @@ def check_repo(report: Report, tag: str, ws: Path, state_dir: Path, name: str, s
         seen.add("stray .git")
         report.fail(
             f"{tag}: {ws}/.git exists without memd.managed (a kill landed between `git init` and `git config "
-            "memd.managed true` in memd/gitrepo.py GitRepo.ensure); memd now treats it as someone else's repository "
+            "memd.managed true` in memd/gitrepo_setup.py ensure); memd now treats it as someone else's repository "
             f"and snapshots into {state_dir}/git/{name}.git instead, leaving an empty repository in the workspace"
         )
     repo = git_dir_of(ws, state_dir, name)

@@ -27,7 +27,7 @@ import pytest
 from memd import gitsync
 from memd.config import SnapshotConfig, WorkspaceConfig
 from memd.daemon import SystemClock
-from memd.gitrepo import find_git
+from memd.gitrepo_setup import find_git
 from memd.snapshots import Snapshotter
 from memd.sync import Syncer
 from memd.tiers import cold_format, warm_format

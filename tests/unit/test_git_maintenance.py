@@ -17,7 +17,8 @@ from harness import person_env
 from memd import git_maintenance
 from memd.git_maintenance import Loose, loose_objects, maintain
 from memd.git_staging import stage
-from memd.gitrepo import GitRepo, find_git
+from memd.gitrepo import GitRepo
+from memd.gitrepo_setup import find_git
 
 GIT = find_git()
 PATHS = ("hot", "warm", "cold")

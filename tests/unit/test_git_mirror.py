@@ -20,7 +20,8 @@ from harness import person_env
 
 from memd import git_mirror
 from memd.git_staging import stage
-from memd.gitrepo import GitRepo, find_git
+from memd.gitrepo import GitRepo
+from memd.gitrepo_setup import find_git
 
 GIT = find_git()
 PATHS = ("hot", "warm", "cold")

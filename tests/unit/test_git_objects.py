@@ -11,7 +11,7 @@ import pytest
 from harness import person_env
 
 from memd import git_objects
-from memd.gitrepo import find_git
+from memd.gitrepo_setup import find_git
 
 GIT = find_git()
 

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from harness import person_env
 
-from memd import git_history, git_locks, gitrepo, gitsync, retention
+from memd import git_history, git_locks, gitrepo_setup, gitsync, retention
 from memd.errors import NotFound
 from memd.git_staging import stage
-from memd.gitrepo import GitError, GitRepo, RepoUnsafe, find_git
+from memd.gitrepo import GitRepo
+from memd.gitrepo_setup import GitError, RepoUnsafe, find_git
 
 PATHS = ("hot", "warm", "cold")
 GIT = find_git()
@@ -116,7 +117,7 @@ def test_workspaces_side_by_side_in_a_project_ask_git_about_their_parent_once(
             asked.append(cmd)
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(gitrepo.subprocess, "run", counting_run)
+    monkeypatch.setattr(gitrepo_setup.subprocess, "run", counting_run)
     repos = [locate(make_workspace(outer / f"agent-{i}"), tmp_path / f"state-{i}") for i in range(5)]
 
     assert all(r.git_dir == tmp_path / f"state-{i}" / "git" / "ws.git" for i, r in enumerate(repos))
@@ -132,8 +133,8 @@ def test_a_parent_that_became_a_work_tree_is_seen_once_its_answer_is_old(
     assert locate(parent / "first", tmp_path / "state-1").git_dir == parent / "first" / ".git"
     user_repo(parent)  # a person makes the parent a project
 
-    clock = time.monotonic() + gitrepo.PARENT_ANSWER_SECONDS + 1
-    monkeypatch.setattr(gitrepo.time, "monotonic", lambda: clock)
+    clock = time.monotonic() + gitrepo_setup.PARENT_ANSWER_SECONDS + 1
+    monkeypatch.setattr(gitrepo_setup.time, "monotonic", lambda: clock)
     second = locate(make_workspace(parent / "second"), tmp_path / "state-2")
 
     assert second.git_dir == tmp_path / "state-2" / "git" / "ws.git"

@@ -24,7 +24,8 @@ from memd.checkpoint_plan import entry_key
 from memd.config import CheckpointConfig, SnapshotConfig, WorkspaceConfig
 from memd.errors import CorruptFile
 from memd.git_staging import stage
-from memd.gitrepo import GitRepo, find_git
+from memd.gitrepo import GitRepo
+from memd.gitrepo_setup import find_git
 from memd.snapshots import Snapshotter
 from memd.summarizer import ExtractiveSummarizer
 from memd.tiers import hot_format
@@ -197,7 +198,7 @@ async def settled(snapshots: Snapshotter, ws: Workspace) -> None:
     """Until the split the snapshotter scheduled is done (no task left) and nothing needs one."""
     for _ in range(500):
         await asyncio.sleep(0.01)
-        if not ws.hot.needs_split and not snapshots._splitting:
+        if not ws.hot.needs_split and not snapshots.hot_split.pending:
             return
     raise AssertionError("the hot split did not happen")
 
@@ -246,11 +247,11 @@ def test_nothing_moves_while_the_state_before_cannot_be_committed(
 
     monkeypatch.setattr(snapshots, "_snapshot_locked", failing)
 
-    assert not run(snapshots.split_hot(ws))
+    assert not run(snapshots.hot_split.split(ws))
     assert not own_file(ws.root).exists() and ws.hot.needs_split
 
     monkeypatch.undo()
-    assert run(snapshots.split_hot(ws))  # the next flush (or change) tries again
+    assert run(snapshots.hot_split.split(ws))  # the next flush (or change) tries again
 
 
 def test_with_snapshots_off_the_split_is_made_at_once(
@@ -322,7 +323,7 @@ def test_a_checkpoint_recorded_before_the_split_is_shown_and_undone_from_its_sin
     checkpointer = Checkpointer(CheckpointConfig(), ExtractiveSummarizer(counter), snapshots, 10_000, 30.0, lambda: 0.0)
 
     async def go() -> tuple[dict[str, Any], dict[str, Any]]:
-        await snapshots.split_hot(ws)
+        await snapshots.hot_split.split(ws)
         assert own_file(ws.root).exists()
         shown = await checkpointer.show(ws, "ckpt-20240101-000000-abcd")
         undone = await checkpointer.undo(ws, "ckpt-20240101-000000-abcd")
