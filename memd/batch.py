@@ -142,6 +142,15 @@ class Draft:
             self._cold_store.require_valid()
         return self.cold
 
+    def cold_state(self) -> tuple[Any, ...]:
+        """Everything an edit may change of the draft's cold tier, for `restore_cold` when the edit fails."""
+        return (self.cold, len(self.cold_inserts), self.cold_run_start, self.cold_fold, self._fence_free_cold)
+
+    def restore_cold(self, state: tuple[Any, ...]) -> None:
+        """Undo a failed edit's changes to the cold tier (the text, the insertions, a fold, the run's start)."""
+        self.cold, inserted, self.cold_run_start, self.cold_fold, self._fence_free_cold = state
+        del self.cold_inserts[inserted:]
+
     def edit_proposals(self) -> str:
         """The current draft text of cold/PROPOSED.md, after checking that the file is writable (not corrupt)."""
         store = self._proposals_store

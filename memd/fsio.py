@@ -270,16 +270,36 @@ def durable_append(path: Path, data: bytes, mode: int = 0o644, expected_size: in
     return Fingerprint.of_stat(st)
 
 
+# An extended attribute memd sets on cold/MEMORY.md while a run of learnings it appended is there (see
+# memd.tiers.cold_store): where the run begins, so that a daemon killed in a burst knows at its next start which
+# blocks at the end are its own. A fold replaces the file, and the attribute goes with the old inode; a person's
+# save by rename, a copy or a file system without user attributes has none: nothing is taken for a run then.
+RUN_XATTR = "user.memd.run"
+
+
+def run_mark(path: Path) -> bytes | None:
+    """The RUN_XATTR of `path` (not followed if a link), or None."""
+    try:
+        return os.getxattr(path, RUN_XATTR, follow_symlinks=False)
+    except OSError:  # none set, no such file, or no user attributes here (ENOTSUP)
+        return None
+
+
 class NotAsExpected(Exception):
     """A guarded append found the file other than the version its caller planned from; nothing was appended."""
 
 
-def guarded_append(path: Path, data: bytes, expected: Fingerprint) -> tuple[Fingerprint, int]:
+def guarded_append(
+    path: Path, data: bytes, expected: Fingerprint, mark: bytes | None = None
+) -> tuple[Fingerprint, int]:
     """Append `data` and fsync, only to the file as `expected` says it was: checked on the descriptor that
-    appends (a save between a check by path and the open would get memd's bytes otherwise). Returns the
-    fingerprint after and the size before. Raises NotAsExpected, having appended nothing, when the file is
-    another version; a writer that got in during the append: when memd's bytes came last they are cut off again
-    and NotAsExpected raised; when the other writer's came after them, memd's stand (whole and durable) and the
+    appends (a save between a check by path and the open would get memd's bytes otherwise). `mark`: set as
+    RUN_XATTR with the append (made durable by its fsync; best effort). Returns the fingerprint after and the size
+    before. Raises NotAsExpected, with nothing of memd's left in the file, when the file is another version, and
+    when after the append the path names another file (a save by rename meanwhile: memd's bytes are cut off the
+    old one) or the file no longer holds memd's bytes where they went (rewritten in place); the batch plans again.
+    A writer that appended during memd's append: when memd's bytes came last they are cut off again and
+    NotAsExpected raised; when the other writer's came after them, memd's stand (whole and durable) and the
     fingerprint returned is what memd's append made, which the file no longer is: its next reader reads it again."""
     _refuse_symlinked_dir(path.parent)
     try:
@@ -290,21 +310,35 @@ def guarded_append(path: Path, data: bytes, expected: Fingerprint) -> tuple[Fing
         st = _require_regular_open(fd, path)
         if not matches(expected, st):
             raise NotAsExpected(f"{path} changed")
+        mine = st.st_size + len(data)
         try:
             _write_all(fd, data)
+            if mark is not None:
+                with contextlib.suppress(OSError):  # no user attributes here: a run is not known after a restart
+                    os.setxattr(fd, RUN_XATTR, mark)
             os.fsync(fd)
         except BaseException:
             with contextlib.suppress(OSError):  # nothing was acknowledged: leave no torn learning behind
-                if os.fstat(fd).st_size <= st.st_size + len(data):  # (nobody else's bytes after it)
+                if os.fstat(fd).st_size <= mine:  # (nobody else's bytes after it)
                     os.ftruncate(fd, st.st_size)
             raise
         after = os.fstat(fd)
-        mine = st.st_size + len(data)
-        if after.st_size != mine:
-            if os.pread(fd, len(data), after.st_size - len(data)) == data:  # the other writer's went first
-                os.ftruncate(fd, after.st_size - len(data))
+        try:
+            named = os.lstat(path).st_ino == after.st_ino
+        except FileNotFoundError:
+            named = False
+        if not named:  # saved by rename meanwhile: what memd appended went to a file nobody reads as MEMORY.md
+            if after.st_size == mine:
+                os.ftruncate(fd, st.st_size)
                 os.fsync(fd)
-                raise NotAsExpected(f"{path} was written to by someone else during memd's append")
+            raise NotAsExpected(f"{path} was replaced during memd's append")
+        if after.st_size > mine and os.pread(fd, len(data), after.st_size - len(data)) == data:
+            os.ftruncate(fd, after.st_size - len(data))  # someone's append went in first: memd's come off again
+            os.fsync(fd)
+            raise NotAsExpected(f"{path} was written to by someone else during memd's append")
+        if after.st_size < mine or os.pread(fd, len(data), st.st_size) != data:
+            raise NotAsExpected(f"{path} was rewritten in place during memd's append")
+        if after.st_size != mine:  # someone's append came after memd's: both stay; the next reader reads it again
             return Fingerprint(mine, after.st_mtime_ns, after.st_ino), st.st_size
         return Fingerprint.of_stat(after), st.st_size
     finally:

@@ -55,6 +55,7 @@ class FileWrite:
     expected: bytes | None = None
     expected_size: int | None = None
     expected_fingerprint: fsio.Fingerprint | None = None
+    mark: bytes | None = None  # a guarded append's fsio.RUN_XATTR
 
 
 @dataclass(slots=True)
@@ -97,7 +98,7 @@ def apply_writes(writes: Iterable[FileWrite]) -> list[fsio.Fingerprint]:
                     if w.expected_fingerprint is None:
                         raise OutsideChange(w.path)
                     try:
-                        appended[i], size_before = fsio.guarded_append(w.path, w.data, w.expected_fingerprint)
+                        appended[i], size_before = fsio.guarded_append(w.path, w.data, w.expected_fingerprint, w.mark)
                     except fsio.NotAsExpected:
                         raise OutsideChange(w.path) from None
                     made.append((w, size_before, appended[i]))

@@ -5,11 +5,12 @@ A snapshot must commit one state that no batch is half-way through, so git used 
 workspace's writer; hashing and compressing today's day file made that hold grow with the day (about 12 ms per
 MB, 25 ms at 1 MB: every write arriving meanwhile waited, and the soak's p99 grew with its day file). Instead,
 under the writer, `build` mirrors the snapshot paths into `<git dir>/memd-stage/`: a hard link for each file
-memd replaces whole (hot, cold, archives: a later write puts a new file in place and leaves the linked one as it
-was) or never writes, a copy of each warm day file memd may append to while git runs (the workspace's yesterday,
-today and tomorrow: a day's file is appended to in place). Symbolic links are made again as links, never
-followed; directories are walked without following links. Then staging and the commit read the mirror with
-`GIT_WORK_TREE` pointing at it (`GitRepo.over`), outside the writer, and `clear` deletes its files.
+memd replaces whole (hot, cold/PROPOSED.md, archives: a later write puts a new file in place and leaves the linked
+one as it was) or never writes, a copy of each file memd may append to while git runs (the workspace's yesterday,
+today and tomorrow in warm/: a day's file is appended to in place; cold/MEMORY.md: a burst of learnings is).
+Symbolic links are made again as links, never followed; directories are walked without following links. Then
+staging and the commit read the mirror with `GIT_WORK_TREE` pointing at it (`GitRepo.over`), outside the writer,
+and `clear` deletes its files.
 
 The mirror's directories are kept from one snapshot to the next (`clear` deletes everything but them; git records
 no empty directory, so one the workspace no longer has commits nothing): making and deleting them at every
@@ -45,6 +46,9 @@ from pathlib import Path
 from memd.gitrepo import GitRepo
 
 MIRROR_DIR = "memd-stage"
+# cold/MEMORY.md is appended to in place during a burst of learnings (memd.tiers.cold_store), and an append a
+# later write of its batch fails is cut off again: copied like a live day file, never linked.
+LIVE_COLD = frozenset({"MEMORY.md"})
 PREFIX_COPY_BYTES = 256 * 1024  # a live day file above this is copied after the writer is let go (`complete`)
 _CHUNK = 256 * 1024  # where the kernel cannot copy: read and written in pieces this size
 # copy_file_range's answers where the kernel or the file system cannot copy (before Linux 5.3, across file systems;
@@ -79,7 +83,8 @@ class Mirror:
 def build(repo: GitRepo, live_days: Container[str]) -> Mirror | None:
     """(Under the writer.) The mirror of `repo`'s snapshot paths, or None where hard links cannot reach the
     workspace. `live_days`: names of the warm day files that are copied rather than linked (the big ones later, by
-    `complete`). OSError when the mirror cannot be made (a full disk): the caller stages under the writer."""
+    `complete`), as cold/MEMORY.md always is. OSError when the mirror cannot be made (a full disk): the caller
+    stages under the writer."""
     tree = repo.git_dir / MIRROR_DIR
     if os.stat(repo.git_dir).st_dev != os.stat(repo.work_tree).st_dev:
         return None
@@ -89,7 +94,8 @@ def build(repo: GitRepo, live_days: Container[str]) -> Mirror | None:
     for name in ROOT_FILES:
         _place(repo.work_tree / name, tree / name, copy=False)
     for top in repo.paths:
-        _mirror(repo.work_tree / top, tree / top, live_days if top == "warm" else (), mirror)
+        live = live_days if top == "warm" else LIVE_COLD if top == "cold" else ()
+        _mirror(repo.work_tree / top, tree / top, live, mirror)
     return mirror
 
 
@@ -221,7 +227,7 @@ def _mirror(source: Path, target: Path, copied: Container[str], mirror: Mirror) 
 
 
 def _place_live(source: Path, target: Path, later: list[Prefix]) -> None:
-    """A day file memd may append to: copied now when small, else its size and last bytes recorded for later."""
+    """A file memd may append to: copied now when small, else its size and last bytes recorded for later."""
     try:
         st = os.lstat(source)
         if not stat.S_ISREG(st.st_mode) or st.st_size <= PREFIX_COPY_BYTES:

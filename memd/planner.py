@@ -76,16 +76,17 @@ class TierPlanner:
         for edit, future, ack in requests:
             if future.done():
                 continue
-            hot, cold, proposals, logged = draft.hot, draft.cold, draft.proposals, len(draft.warm)
-            inserted = len(draft.cold_inserts)
+            hot, proposals, logged = draft.hot, draft.proposals, len(draft.warm)
+            cold = draft.cold_state()
             try:
                 result = edit(draft)
                 accepted.append((future, result))
                 if ack is not None:
                     early.append((ack, result))
             except Exception as exc:
-                draft.hot, draft.cold, draft.proposals = hot, cold, proposals
-                del draft.warm[logged:], draft.warm_text[logged:], draft.cold_inserts[inserted:]
+                draft.hot, draft.proposals = hot, proposals
+                draft.restore_cold(cold)
+                del draft.warm[logged:], draft.warm_text[logged:]
                 if not isinstance(exc, MemdError):
                     log.exception("workspace %s: an edit failed", self.name)
                 future.set_exception(exc)
@@ -99,7 +100,7 @@ class TierPlanner:
                 plan.refused = exc
                 return plan
         if draft.cold is not None and draft.cold is not self.cold.text:
-            plan.cold_write = self.cold.write_for(draft.cold, draft.cold_inserts)
+            plan.cold_write = self.cold.write_for(draft.cold, draft.cold_inserts, draft.cold_run_start)
         if draft.proposals is not None and draft.proposals is not self.proposals.text:
             plan.proposals_write = self.proposals.write_for(draft.proposals)
         if draft.hot is not None and (draft.hot is not self.hot.doc or draft.normalize_hot):

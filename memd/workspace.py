@@ -130,6 +130,8 @@ class Workspace:
         for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
             self.warm.tokens_for(day)  # a 10 MB day file is counted now, not by the first write after start
         self._record_adoption()
+        if self.cold.run_start is not None:  # a run a daemon killed in a burst left (opened on the loop: folded soon)
+            self._arm_fold(TIDY_AFTER_SECONDS)
         return [str(p) for p in removed]
 
     def _record_adoption(self) -> None:
@@ -175,15 +177,19 @@ class Workspace:
 
     async def close(self) -> None:
         """Fold what a burst of learnings appended (a stopped daemon leaves MEMORY.md as inserting would have), stop
-        taking writes and wait until every queued one is durable or failed."""
+        taking writes and wait until every queued one is durable or failed. The writer is closed even when the
+        fold fails or close() is cancelled; a learning that comes while the fold is written starts a run of its
+        own, which the file's mark (fsio.RUN_XATTR) has the next start fold."""
         self._closing = True
-        if self._fold_timer is not None:
-            self._fold_timer.cancel()
-            self._fold_timer = None
-        if self._folding:
-            await asyncio.gather(*self._folding, return_exceptions=True)
-        await self._fold_cold()
-        await self.writer.close()
+        try:
+            if self._fold_timer is not None:
+                self._fold_timer.cancel()
+                self._fold_timer = None
+            if self._folding:
+                await asyncio.gather(*self._folding, return_exceptions=True)
+            await self._fold_cold()
+        finally:
+            await self.writer.close()
 
     @property
     def pending(self) -> int:

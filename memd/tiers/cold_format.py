@@ -271,37 +271,6 @@ def fold_appended(base: str, blocks: Sequence[tuple[str, str]]) -> str:
     return document
 
 
-def appended_run_start(document: str) -> int | None:
-    """Where the run of blocks a burst appended and no fold took back begins, read from the text alone (a daemon
-    killed in a burst, a file adopted with such a run): among the blocks `append_learning_at` makes at the end,
-    the first whose heading an earlier section has too (a block under a new heading is a section as an insertion
-    makes it). None when there is none. The blocks are found from the end; the rest of the file is read (its
-    headings) only when there are some."""
-    blocks: list[tuple[int, str]] = []  # (where it starts: its blank line's "\n", its heading), last first
-    end = len(document)
-    while True:
-        start = document.rfind("\n## ", 0, end)
-        if start < 1 or document[start - 1] != "\n":
-            break
-        match = _APPENDED_BLOCK_RE.fullmatch(document, start, end)
-        if match is None:
-            break
-        blocks.append((start, match[1]))
-        end = start
-    if not blocks:
-        return None
-    blocks.reverse()
-    base = document[: blocks[0][0]]
-    lines = _split_lines(base)
-    fenced = _fenced_lines(lines) if may_fence(base) else set()
-    seen = {found for n, raw in enumerate(lines) if n not in fenced and (found := _heading_text(raw)) is not None}
-    for start, heading in blocks:
-        if heading in seen:
-            return start
-        seen.add(heading)
-    return None
-
-
 def may_fence(document: str) -> bool:
     return "```" in document or "~~~" in document
 

@@ -89,11 +89,29 @@ class ColdStore:
             )
             return
         tokens = self._counter.count(text)
-        run_start = cold_format.appended_run_start(text)
+        run_start = self._run_in(text)
         # The text and the bytes it came from change together (a plan must never pair the new base with old text).
         self.text, self._raw, self._parsed, self.tokens, self.error = text, data, None, tokens, None
         self._raw_is_text = False
         self.run_start, self.appended = run_start, 0 if run_start is None else text.count("\n## ", run_start)
+
+    def _run_in(self, text: str) -> int | None:
+        """Where the run of blocks memd appended begins in `text`, just read from the file: the run memd holds now
+        when the text still ends with it (a person's save above it), else the one the file's RUN_XATTR names (a
+        daemon killed in a burst), when what follows there is blocks as memd appends them; else None. A person's
+        own sections, however alike, are never taken for a run."""
+        held = self.run_start
+        if held is not None and len(self.text) > held:
+            run = self.text[held:]
+            if text.endswith(run) and len(text) > len(run):
+                return len(text) - len(run)
+        mark = fsio.run_mark(self.path)
+        if mark is None or not mark.isdigit():
+            return None
+        start = int(mark)
+        if 0 < start < len(text) and cold_format.parse_appended(text[start:]) is not None:
+            return start
+        return None
 
     def refresh(self) -> bool:
         if fsio.fingerprint(self.path) == self.fingerprint:
@@ -169,17 +187,21 @@ class ColdStore:
         parsed = fold.parsed.inserted(fold.text, len(fold.text), suffix) if fold.parsed is not None else None
         return Fold(current, text, tokens, parsed, run_start=len(fold.text))
 
-    def write_for(self, text: str, inserts: Sequence[tuple[str, int, str, str]] = ()) -> fsio_batch.FileWrite:
+    def write_for(
+        self, text: str, inserts: Sequence[tuple[str, int, str, str]] = (), run_start: int | None = None
+    ) -> fsio_batch.FileWrite:
         """The write that makes the file `text`: an append of what `inserts` (a batch's, Draft.cold_inserts) added
         when each of them was at the end and they lead from the file as memd holds it to `text`, guarded by its
-        fingerprint; otherwise a replace guarded by the bytes the current text came from (a person's `>>`
-        meanwhile is not lost either way)."""
+        fingerprint, and marked with where the run in `text` begins (`run_start`, fsio.RUN_XATTR); otherwise a
+        replace guarded by the bytes the current text came from (a person's `>>` meanwhile is not lost either
+        way)."""
         steps = _chain(self.text, text, inserts)
         fp = self.fingerprint
         if steps and fp is not None and self.error is None and all(at == len(before) for before, at, _ in steps):
             added = text[len(self.text) :].encode("utf-8")
+            mark = None if run_start is None else str(run_start).encode()
             return fsio_batch.FileWrite(
-                self.path, added, append=True, guarded=True, expected_size=fp.size, expected_fingerprint=fp
+                self.path, added, append=True, guarded=True, expected_size=fp.size, expected_fingerprint=fp, mark=mark
             )
         return fsio_batch.FileWrite(self.path, text.encode("utf-8"), append=False, guarded=True, expected=self.raw)
 
@@ -220,8 +242,8 @@ class ColdStore:
             self._raw, self._raw_is_text = None, True
         else:
             self._raw, self._raw_is_text = write.data, False
-        self.run_start = run_start
-        self.appended = 0 if run_start is None else text.count("\n## ", run_start)  # the run only: ~10 us
+        self.run_start = run_start if run_start is not None and run_start < len(text) else None  # (never empty)
+        self.appended = 0 if self.run_start is None else text.count("\n## ", self.run_start)  # the run only: ~10 us
         self.fingerprint = fp
         self._parsed = parsed
         self.error = None

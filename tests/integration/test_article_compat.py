@@ -216,7 +216,8 @@ def test_a_workspace_from_before_the_split_is_migrated_on_start_after_a_commit_t
 
     memd = start(make_daemon, base)
 
-    wait_for(lambda: (base / "hot" / "memd.json").exists(), "the split")
+    # Both files' replaces are published one after the other (memd.json first: see HotStore.writes_for).
+    wait_for(lambda: "version" not in json.loads((base / "hot" / "context.json").read_bytes()), "the split")
     hot = article_loads(base, memd)
     assert hot.task == "t"
     own = json.loads((base / "hot" / "memd.json").read_bytes())

@@ -68,18 +68,20 @@ def show(repo: GitRepo, path: str) -> str:
     return person_git(repo.root, f"--git-dir={repo.git_dir}", "show", f"HEAD:{path}")
 
 
-def test_files_memd_replaces_whole_are_linked_and_the_day_it_appends_to_is_copied(repo: GitRepo) -> None:
+def test_files_memd_replaces_whole_are_linked_and_the_files_it_appends_to_are_copied(repo: GitRepo) -> None:
+    """Today's day file, and cold/MEMORY.md, which a burst of learnings appends to (and a failed batch cuts back)."""
     ws = repo.root
-    os.chmod(ws / "cold" / "MEMORY.md", 0o640)
+    os.chmod(ws / "hot" / "context.json", 0o640)
     tree = mirrored(repo)
     assert tree == repo.git_dir / git_mirror.MIRROR_DIR
 
-    for linked in ("hot/context.json", "cold/MEMORY.md", f"warm/{OLD_DAY}"):
+    for linked in ("hot/context.json", f"warm/{OLD_DAY}"):
         assert os.stat(tree / linked).st_ino == os.stat(ws / linked).st_ino, linked
-    copied = tree / "warm" / TODAY
-    assert os.stat(copied).st_ino != os.stat(ws / "warm" / TODAY).st_ino
-    assert copied.read_bytes() == (ws / "warm" / TODAY).read_bytes()
-    assert oct(os.stat(tree / "cold" / "MEMORY.md").st_mode & 0o777) == "0o640"
+    for name in (f"warm/{TODAY}", "cold/MEMORY.md"):
+        copied = tree / name
+        assert os.stat(copied).st_ino != os.stat(ws / name).st_ino, name
+        assert copied.read_bytes() == (ws / name).read_bytes()
+    assert oct(os.stat(tree / "hot" / "context.json").st_mode & 0o777) == "0o640"
 
 
 def test_a_commit_from_the_mirror_is_the_state_it_was_made_of_while_writes_go_on(repo: GitRepo) -> None:
@@ -88,6 +90,8 @@ def test_a_commit_from_the_mirror_is_the_state_it_was_made_of_while_writes_go_on
     assert tree is not None
     with (ws / "warm" / TODAY).open("a") as f:  # the writer, let go: an append lands while git stages
         f.write("\n### 09:01:00 - second\n")
+    with (ws / "cold" / "MEMORY.md").open("a") as f:  # and one of a burst of learnings
+        f.write("\n## Ops\n- [2026-12-02] appended later\n")
     (ws / "hot" / "context.json.new").write_text('{"task": "later"}\n')
     os.replace(ws / "hot" / "context.json.new", ws / "hot" / "context.json")  # a hot write: a new file
 
@@ -95,6 +99,7 @@ def test_a_commit_from_the_mirror_is_the_state_it_was_made_of_while_writes_go_on
 
     assert "second" not in show(repo, f"warm/{TODAY}")
     assert "first" in show(repo, f"warm/{TODAY}")
+    assert show(repo, "cold/MEMORY.md") == "# Memory\n\n## Ops\n- [2026-12-01] keep backups\n"
     assert show(repo, "hot/context.json") == '{"task": "t"}\n'
     assert files_in(tree) == []
 
@@ -130,9 +135,9 @@ def test_an_unchanged_file_is_not_hashed_again_at_the_next_snapshot(repo: GitRep
         f.write("\n### 09:02:00 - third\n")
     commit_from_mirror(repo, mirrored(repo) or Path("/nonexistent"))
 
-    # Index entries whose stat data no longer match the file are what git hashes again: only the copied day.
+    # Index entries whose stat data no longer match the file are what git hashes again: only the copied files.
     dirty = repo.run("diff-files", "--name-only").decode().split()
-    assert dirty == [f"warm/{TODAY}"]
+    assert sorted(dirty) == ["cold/MEMORY.md", f"warm/{TODAY}"]
 
 
 def test_a_mirror_left_by_an_interrupted_snapshot_is_replaced(repo: GitRepo) -> None:

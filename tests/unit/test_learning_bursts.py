@@ -8,7 +8,9 @@ one by one makes; a person's save or `>>` in the middle of a burst is planned on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +22,7 @@ from hooked_io import HookedIO
 from memd import fsio, fsio_batch
 from memd import workspace as workspace_module
 from memd.batch import Draft
+from memd.errors import ShuttingDown
 from memd.tiers import cold_format, cold_store
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -57,9 +60,8 @@ def learn(category: str, text: str) -> Callable[[Draft], Any]:
 BURST = [("Topic 3", "b1"), ("Topic 3", "b2"), ("Topic 7", "b3"), ("New topic", "b4"), ("Topic 3", "b5")]
 
 
-def folded(text: str) -> str:
-    """`text` with the run a burst appended folded back, as a fold makes it (the text itself when there is none)."""
-    start = cold_format.appended_run_start(text)
+def folded(text: str, start: int | None) -> str:
+    """`text` with the run from `start` folded back, as a fold makes it (the text itself when there is none)."""
     if start is None:
         return text
     blocks = cold_format.parse_appended(text[start:])
@@ -117,7 +119,7 @@ def test_a_burst_is_folded_back_once_it_is_over_into_the_file_inserting_one_by_o
         for category, text in BURST:
             await ws.write(learn(category, text))
         assert ws.cold.run_start is not None
-        assert cold_format.appended_run_start(memory_md(ws).read_text("utf-8")) == ws.cold.run_start
+        assert fsio.run_mark(memory_md(ws)) == str(ws.cold.run_start).encode()  # known after a restart too
         await settled(ws)
 
     asyncio.run(burst_then_pause())
@@ -159,6 +161,7 @@ def test_a_run_a_killed_daemon_left_is_found_at_start_joined_and_folded(
     leftover = small + "\n## A\n- [2024-03-14] appended\n"  # a burst's, left by a daemon killed before its fold
     memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
     memory.write_text(leftover, encoding="utf-8")
+    os.setxattr(memory, fsio.RUN_XATTR, str(len(small)).encode())  # what its append left with the blocks
     ws = open_alpha(person_io)
     assert ws.cold.run_start == len(small)
 
@@ -195,7 +198,7 @@ def test_a_long_burst_is_folded_as_it_goes_every_appended_max_learnings(
 
     text = memory_md(ws).read_text("utf-8")
     assert ws.cold.appended < 6  # the first learning was inserted, the next six appended: a fold came between
-    assert folded(text) == inserted_one_by_one(BIG, learnings)  # the rest still follows it
+    assert folded(text, ws.cold.run_start) == inserted_one_by_one(BIG, learnings)  # the rest still follows it
     assert ws.cold.learnings == cold_format.parse_memory(text)
 
 
@@ -504,3 +507,151 @@ def test_a_writer_that_got_in_during_the_append_keeps_its_bytes_and_memds_come_o
     assert memory.read_bytes() == b"## A\n- memd's\n- theirs\n"
     assert size_before == 5
     assert after != fsio.fingerprint(memory)  # so the store reads the file again before it plans on it
+
+
+def test_a_persons_trailing_section_like_a_block_is_never_taken_for_a_run(
+    open_alpha: Callable[..., Workspace], person_io: HookedIO
+) -> None:
+    """A section a person wrote at the end, one learning under a heading an earlier section has, is what memd's
+    blocks look like: only the file's mark says a run is memd's. Opened, learned into and closed: it stays."""
+    theirs = "# Agent Memory\n\n## Deploy\n- [2024-01-01] a1\n\n## Deploy\n- [2024-01-02] by hand, on purpose\n"
+    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
+    memory.write_text(theirs, encoding="utf-8")
+    ws = open_alpha(person_io)
+    assert ws.cold.run_start is None
+
+    async def learn_then_close() -> None:
+        await ws.write(learn("Other", "x"))
+        await ws.close()
+
+    asyncio.run(learn_then_close())
+
+    assert memory.read_text("utf-8") == cold_format.insert_learning(theirs, "Other", DAY, "x")
+
+
+def test_a_mark_that_names_no_run_is_ignored(open_alpha: Callable[..., Workspace], person_io: HookedIO) -> None:
+    text = "# Agent Memory\n\n## A\n- [2024-01-01] a1\n\n## A\n- [2024-01-02] a2\nprose by hand\n"
+    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
+    memory.write_text(text, encoding="utf-8")
+    for mark in (b"38", b"0", b"9999", b"x"):  # a block followed by prose, the start, past the end, garbage
+        os.setxattr(memory, fsio.RUN_XATTR, mark)
+        assert open_alpha(person_io).cold.run_start is None, mark
+
+
+def test_a_failed_edit_in_a_batch_leaves_the_run_as_it_was(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An edit that folds in the draft (accepting a proposal) or learns, then raises: the batch's other requests
+    go on from the draft as it was before that edit, run included."""
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+
+    def fold_then_fail(draft: Draft) -> None:
+        draft.edit_cold()
+        raise ValueError("a proposal dated 2024-02-30")
+
+    def learn_then_fail(draft: Draft) -> None:
+        draft.learn("Topic 9", "never acknowledged")
+        raise ValueError("refused")
+
+    async def burst_with_failures() -> None:
+        for category, text in BURST[:2]:
+            await ws.write(learn(category, text))
+        for failing in (fold_then_fail, learn_then_fail):
+            name = failing.__name__
+            # The first write goes alone; the three after it are queued while it is written: one batch, where the
+            # failing edit comes after a learning that joined the run.
+            first = asyncio.ensure_future(ws.write(learn("Topic 1", f"ahead of {name}")))
+            await asyncio.sleep(0)
+            batch = [
+                ws.write(learn("Topic 5", f"before {name}")),
+                ws.write(failing),
+                ws.write(learn("Topic 7", f"after {name}")),
+            ]
+            results = await asyncio.gather(first, *batch, return_exceptions=True)
+            assert isinstance(results[2], ValueError)
+            assert not any(isinstance(r, BaseException) for n, r in enumerate(results) if n != 2)
+            assert ws.cold.run_start is not None and ws.cold.run_start < len(ws.cold.text)
+        await settled(ws)
+
+    asyncio.run(burst_with_failures())
+
+    learnings = [*BURST[:2]]
+    for name in ("fold_then_fail", "learn_then_fail"):
+        learnings += [("Topic 1", f"ahead of {name}"), ("Topic 5", f"before {name}"), ("Topic 7", f"after {name}")]
+    assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, learnings)
+    assert ws.cold.run_start is None
+
+
+def test_a_close_cancelled_while_it_folds_still_closes_the_writer(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepare = cold_store.ColdStore.prepare_fold
+
+    def slow_prepare(self: cold_store.ColdStore, text: str, run_start: int) -> cold_store.Fold | None:
+        time.sleep(0.3)
+        return prepare(self, text, run_start)
+
+    monkeypatch.setattr(cold_store.ColdStore, "prepare_fold", slow_prepare)
+
+    async def burst_then_cancelled_close() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        closing = asyncio.ensure_future(ws.close())
+        await asyncio.sleep(0.05)
+        closing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+        with pytest.raises(ShuttingDown):
+            await ws.write(learn("Topic 1", "after the stop"))
+
+    asyncio.run(burst_then_cancelled_close())
+
+
+def test_a_save_by_rename_during_the_append_gets_the_batch_planned_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vim's save: the file memd appends to is renamed away (MEMORY.md~) and theirs put in its place. memd's
+    bytes come off the old file and the batch plans again on theirs: the learning is not acknowledged into a
+    file nobody reads."""
+    memory = tmp_path / "MEMORY.md"
+    memory.write_bytes(b"## A\n")
+    planned = fsio.fingerprint(memory)
+    assert planned is not None
+    write_all = fsio._write_all
+
+    def save_then_write(fd: int, data: bytes) -> None:
+        os.rename(memory, tmp_path / "MEMORY.md~")
+        (tmp_path / "MEMORY.md").write_bytes(b"## A\n## B by a person\n")
+        write_all(fd, data)
+
+    monkeypatch.setattr(fsio, "_write_all", save_then_write)
+
+    with pytest.raises(fsio.NotAsExpected):
+        fsio.guarded_append(memory, b"- memd's\n", planned)
+
+    assert memory.read_bytes() == b"## A\n## B by a person\n"
+    assert (tmp_path / "MEMORY.md~").read_bytes() == b"## A\n"
+
+
+def test_a_rewrite_in_place_during_the_append_gets_the_batch_planned_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = tmp_path / "MEMORY.md"
+    memory.write_bytes(b"## A\n- [2024-01-01] a long learning someone is about to shorten\n")
+    planned = fsio.fingerprint(memory)
+    assert planned is not None
+    write_all = fsio._write_all
+
+    for theirs in (b"## A\n- short\n", b"## A\n- [2024-01-01] a longer learning, rewritten in place by hand\n"):
+
+        def write_then_rewrite(fd: int, data: bytes, theirs: bytes = theirs) -> None:
+            write_all(fd, data)
+            memory.write_bytes(theirs)  # truncated and written in place, memd's bytes with it
+
+        monkeypatch.setattr(fsio, "_write_all", write_then_rewrite)
+        before = memory.read_bytes()
+        planned = fsio.fingerprint(memory)
+        assert planned is not None
+
+        with pytest.raises(fsio.NotAsExpected):
+            fsio.guarded_append(memory, b"- memd's\n", planned)
+
+        assert memory.read_bytes() == theirs, before

@@ -1,8 +1,8 @@
 """Specification of learnings in a burst (memd.tiers.cold_format.append_learning_at, parse_appended,
-fold_appended, appended_run_start): a learning appended at the end sits under its own category at once, what the
-cold store holds after an append is what parsing the file reads, and folding the appended blocks back gives
-exactly the file that inserting the same learnings one by one would have made, whatever the file held before
-them. Only memd's own blocks are ever folded: nothing a person wrote moves."""
+fold_appended): a learning appended at the end sits under its own category at once, what the cold store holds
+after an append is what parsing the file reads, and folding the appended blocks back gives exactly the file that
+inserting the same learnings one by one would have made, whatever the file held before them. Which blocks are a
+run is the cold store's to know (tests/unit/test_learning_bursts.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from memory_docs import category_names, documents, unfenced, values
 from memd.tiers import cold_format
 from memd.tiers.cold_format import (
     append_learning_at,
-    appended_run_start,
     fold_appended,
     insert_learning,
     parse_appended,
@@ -112,24 +111,10 @@ def test_the_learnings_after_an_append_are_what_parsing_the_new_document_reads(
     assert parsed.relevant_count("A") == expected.relevant_count("A")
 
 
-@settings(max_examples=400, deadline=None)
-@given(unfenced.filter(lambda d: d.strip() != ""), LEARNINGS)
-def test_the_run_read_back_from_the_text_folds_to_the_same_file(
-    document: str, learnings: list[tuple[str, str, str]]
-) -> None:
-    """A daemon killed in a burst: the next one finds the run from the text alone and folds it as memd would."""
-    burst = appended(document + ("" if document.endswith("\n") else "\n"), learnings)
-    start = appended_run_start(burst)
-    expected = inserted(document + ("" if document.endswith("\n") else "\n"), learnings)
-
-    assert (burst if start is None else folded(burst, start)) == expected
-
-
 def test_each_appended_learning_comes_in_a_block_of_its_own() -> None:
     burst = appended(MEMORY, [("A", "a2", "2024-02-02"), ("A", "a3", "2024-02-02"), ("B", "b2", "2024-02-02")])
 
     assert burst == MEMORY + "\n## A\n- [2024-02-02] a2\n\n## A\n- [2024-02-02] a3\n\n## B\n- [2024-02-02] b2\n"
-    assert appended_run_start(burst) == len(MEMORY) and appended_run_start(MEMORY) is None
     assert folded(burst, len(MEMORY)) == (
         "# Agent Memory\n\n## A\n- [2024-02-02] a3\n- [2024-02-02] a2\n- [2024-01-01] a1\n\n"
         "## B\n- [2024-02-02] b2\n- [2024-01-01] b1\n"
@@ -139,7 +124,6 @@ def test_each_appended_learning_comes_in_a_block_of_its_own() -> None:
 def test_a_burst_that_ends_on_a_new_category_is_still_found_and_folded() -> None:
     burst = appended(MEMORY, [("A", "a2", "2024-02-02"), ("C", "c1", "2024-02-02")])
 
-    assert appended_run_start(burst) == len(MEMORY)
     assert folded(burst, len(MEMORY)) == (
         "# Agent Memory\n\n## A\n- [2024-02-02] a2\n- [2024-01-01] a1\n\n## B\n- [2024-01-01] b1\n\n"
         "## C\n- [2024-02-02] c1\n"
@@ -149,24 +133,18 @@ def test_a_burst_that_ends_on_a_new_category_is_still_found_and_folded() -> None
 def test_a_new_category_first_in_a_burst_is_a_section_as_an_insertion_makes_it() -> None:
     burst = appended(MEMORY, [("C", "c1", "2024-02-02"), ("C", "c2", "2024-02-02")])
 
-    assert appended_run_start(burst) == len(MEMORY) + len("\n## C\n- [2024-02-02] c1\n")
     assert folded(burst, len(MEMORY)) == MEMORY + "\n## C\n- [2024-02-02] c2\n- [2024-02-02] c1\n"
 
 
-def test_a_section_a_person_wrote_twice_is_never_taken_for_a_run() -> None:
-    with_prose = "## A\n- [2024-01-01] a1\n\n## A\nSee the runbook.\n- [2024-01-01] a2\n"
-    two_lines = "## A\n- [2024-01-01] a1\n\n## A\n- [2024-01-01] a2\n- [2024-01-01] a3\n"
-    empty = "## A\n- [2024-01-01] a1\n\n## A\n"
+def test_a_fold_keeps_a_persons_repeated_and_empty_sections_where_they_are() -> None:
+    """The earlier design searched for a trailing empty heading's text (and looped for ever), and folded a
+    person's repeated sections: the fold now only replays the run's learnings into what comes before it."""
+    person = "## A\n- [2024-01-01] a1\n\n## A\nSee the runbook.\n- [2024-01-01] a2\n\n## \n"
+    burst = appended(person, [("A", "a3", "2024-02-02")])
 
-    for document in (with_prose, two_lines, empty):
-        assert appended_run_start(document) is None
-
-
-def test_an_empty_heading_at_the_end_is_no_run_and_no_hang() -> None:
-    """A `## ` with no text: the earlier design searched for the empty heading text and looped for ever."""
-    for document in ("## A\n- [2024-01-01] a\n\n## \n", "## \n", "## A\n\n## \n- [2024-01-01] a\n", "##\n"):
-        assert appended_run_start(document) is None
-    assert appended_run_start("## \n- [2024-01-01] x\n\n## A\n- [2024-01-01] a\n") is None
+    assert folded(burst, len(person)) == person.replace(
+        "## A\n- [2024-01-01] a1", "## A\n- [2024-02-02] a3\n- [2024-01-01] a1"
+    )
 
 
 def test_only_blocks_as_memd_appends_them_are_a_run() -> None:
@@ -184,5 +162,4 @@ def test_only_blocks_as_memd_appends_them_are_a_run() -> None:
 def test_a_backtick_run_in_a_learnings_text_is_folded_like_any_learning() -> None:
     burst = appended(MEMORY, [("A", "a2", "2024-02-02"), ("A", "wrap code in ``` blocks", "2024-02-03")])
 
-    assert appended_run_start(burst) == len(MEMORY)
     assert [lr.text for lr in parse_memory(folded(burst, len(MEMORY)))][:3] == ["wrap code in ``` blocks", "a2", "a1"]
