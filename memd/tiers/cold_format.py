@@ -86,6 +86,11 @@ def _fenced_lines(lines: Sequence[str]) -> set[int]:
     return fenced
 
 
+def is_fence_line(raw: str) -> bool:
+    """Could this line open or close a fenced code block?"""
+    return _FENCE_RE.fullmatch(_content(raw)) is not None
+
+
 def _heading_text(raw: str) -> str | None:
     match = _HEADING_RE.fullmatch(_content(raw))
     if match is None:

@@ -132,11 +132,13 @@ class Learnings:
 
     def _appended(self, document: str, added: str, fence_free: bool) -> Learnings | None:
         """`inserted` for text added at the end (what `append_learning_at` adds: learning lines, under a new
-        heading or the last one), without reading the document: only `added` is parsed. None when `added` may
-        hold a fence, or would continue the document's last line."""
+        heading or the last one), without reading the document: only `added` is parsed. Whatever fences the
+        document holds: lines added after its end that neither open nor close a fence (memd's headings and
+        learning lines never do) leave every fence as it was, closed or not, and are outside all of them. None
+        when a line of `added` is a fence line, or `added` would continue the document's last line."""
         if document and not document.endswith("\n") and not added.startswith("\n"):
             return None
-        if (not fence_free and cold_format.may_fence(document)) or cold_format.may_fence(added):
+        if any(cold_format.is_fence_line(raw) for raw in added.split("\n")):
             return None
         found, _, headed = cold_format.parse_sections(added)
         category = self._sections[-1].category if self._sections else ""
