@@ -271,10 +271,18 @@ def durable_append(path: Path, data: bytes, mode: int = 0o644, expected_size: in
 
 
 # An extended attribute memd sets on cold/MEMORY.md while a run of learnings it appended is there (see
-# memd.tiers.cold_store): where the run begins, so that a daemon killed in a burst knows at its next start which
-# blocks at the end are its own. A fold replaces the file, and the attribute goes with the old inode; a person's
-# save by rename, a copy or a file system without user attributes has none: nothing is taken for a run then.
+# memd.tiers.cold_store.ColdStore.mark_for: the run's length and digest), so that a daemon stopped or killed in a
+# burst knows at its next start which blocks at the end are its own. Set with every write of the file while a run
+# is there (appends and replaces); a fold's new file has none. A person's save by rename, a copy or a file system
+# without user attributes has none: nothing is taken for a run then.
 RUN_XATTR = "user.memd.run"
+
+
+def set_run_mark(fd: int, mark: bytes) -> None:
+    """Set RUN_XATTR on an open file, made durable by its next fsync; best effort (no user attributes here: a run
+    is then not known after a restart, and stays as sections of their own)."""
+    with contextlib.suppress(OSError):
+        os.setxattr(fd, RUN_XATTR, mark)
 
 
 def run_mark(path: Path) -> bytes | None:
@@ -297,10 +305,12 @@ def guarded_append(
     RUN_XATTR with the append (made durable by its fsync; best effort). Returns the fingerprint after and the size
     before. Raises NotAsExpected, with nothing of memd's left in the file, when the file is another version, and
     when after the append the path names another file (a save by rename meanwhile: memd's bytes are cut off the
-    old one) or the file no longer holds memd's bytes where they went (rewritten in place); the batch plans again.
-    A writer that appended during memd's append: when memd's bytes came last they are cut off again and
-    NotAsExpected raised; when the other writer's came after them, memd's stand (whole and durable) and the
-    fingerprint returned is what memd's append made, which the file no longer is: its next reader reads it again."""
+    old one) or the file no longer holds memd's bytes (rewritten in place); the batch plans again. A writer that
+    appended during memd's append: when memd's bytes came last they are cut off again and NotAsExpected raised.
+    When memd's bytes stand whole in the file at the path with others' around them (appended after them, or
+    before and after; a tool that read them and saved the file by rename), the append stands, and the fingerprint
+    returned is what memd's append made, which the file no longer is: its next reader reads it again, and no
+    replan writes the learning twice."""
     _refuse_symlinked_dir(path.parent)
     try:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
@@ -311,11 +321,10 @@ def guarded_append(
         if not matches(expected, st):
             raise NotAsExpected(f"{path} changed")
         mine = st.st_size + len(data)
+        if mark is not None:  # first: a crash after the write never leaves the run unmarked
+            set_run_mark(fd, mark)
         try:
             _write_all(fd, data)
-            if mark is not None:
-                with contextlib.suppress(OSError):  # no user attributes here: a run is not known after a restart
-                    os.setxattr(fd, RUN_XATTR, mark)
             os.fsync(fd)
         except BaseException:
             with contextlib.suppress(OSError):  # nothing was acknowledged: leave no torn learning behind
@@ -323,24 +332,39 @@ def guarded_append(
                     os.ftruncate(fd, st.st_size)
             raise
         after = os.fstat(fd)
+        stale = Fingerprint(mine, after.st_mtime_ns, after.st_ino)  # what memd's append made: not what is there now
         try:
             named = os.lstat(path).st_ino == after.st_ino
         except FileNotFoundError:
             named = False
-        if not named:  # saved by rename meanwhile: what memd appended went to a file nobody reads as MEMORY.md
+        if not named:  # saved by rename meanwhile: memd's bytes went to a file nobody reads as MEMORY.md...
+            if _holds_at(path, data, st.st_size):  # ...unless the tool that saved read them first and kept them
+                return stale, st.st_size
             if after.st_size == mine:
                 os.ftruncate(fd, st.st_size)
                 os.fsync(fd)
             raise NotAsExpected(f"{path} was replaced during memd's append")
+        if after.st_size == mine and os.pread(fd, len(data), st.st_size) == data:
+            return Fingerprint.of_stat(after), st.st_size
         if after.st_size > mine and os.pread(fd, len(data), after.st_size - len(data)) == data:
             os.ftruncate(fd, after.st_size - len(data))  # someone's append went in first: memd's come off again
             os.fsync(fd)
             raise NotAsExpected(f"{path} was written to by someone else during memd's append")
-        if after.st_size < mine or os.pread(fd, len(data), st.st_size) != data:
-            raise NotAsExpected(f"{path} was rewritten in place during memd's append")
-        if after.st_size != mine:  # someone's append came after memd's: both stay; the next reader reads it again
-            return Fingerprint(mine, after.st_mtime_ns, after.st_ino), st.st_size
-        return Fingerprint.of_stat(after), st.st_size
+        if after.st_size > st.st_size and data in os.pread(fd, after.st_size - st.st_size, st.st_size):
+            return stale, st.st_size  # others' bytes around memd's, which stand whole: the next reader reads it all
+        raise NotAsExpected(f"{path} was rewritten in place during memd's append")
+    finally:
+        os.close(fd)
+
+
+def _holds_at(path: Path, data: bytes, offset: int) -> bool:
+    """Does the file at `path` hold `data` at `offset`?"""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW | _O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, len(data), offset) == data
     finally:
         os.close(fd)
 

@@ -55,7 +55,7 @@ class FileWrite:
     expected: bytes | None = None
     expected_size: int | None = None
     expected_fingerprint: fsio.Fingerprint | None = None
-    mark: bytes | None = None  # a guarded append's fsio.RUN_XATTR
+    mark: bytes | None = None  # the file's fsio.RUN_XATTR after the write (None: none)
 
 
 @dataclass(slots=True)
@@ -126,6 +126,8 @@ def _stage(w: FileWrite) -> _Staged:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | fsio._O_CLOEXEC | fsio._O_NOFOLLOW, 0o644)
     try:
         try:
+            if w.mark is not None:
+                fsio.set_run_mark(fd, w.mark)
             fsio._write_all(fd, w.data)
             os.fsync(fd)
             st = os.fstat(fd)

@@ -19,12 +19,13 @@ snapshot was 8 of the ~30 inodes a workspace's first sweep took and gave back, a
 while its inode-table block is dirty: the kernel's `recently_deleted`), so a sweep of hundreds of workspaces
 slowed down as it went.
 
-A live day file over PREFIX_COPY_BYTES is not copied under the writer either (copying today's 30 MB took the
+A live file over PREFIX_COPY_BYTES is not copied under the writer either (copying today's 30 MB took the
 writer for ~20 ms at every snapshot: the hour soak's p99 grew with its day): `build` records its size and its
-last bytes, and `complete`, after the writer is let go, copies exactly that many bytes, which appends since cannot
-have changed. A file that changed in another way meanwhile (another inode, shorter, other bytes where the
-recorded ones were: a person's save) is copied whole as it is then, so the commit still holds a state the file
-had, never a prefix of a different one.
+last bytes and pins the file with a hard link, and `complete`, after the writer is let go, copies exactly that
+many bytes from the pinned file, which appends since cannot have changed, nor a replace (cold/MEMORY.md is
+replaced by every ordinary learning: the commit pairs it with the rest of the snapshot as it was under the
+writer). A file rewritten in place meanwhile (shorter, other bytes where the recorded ones were: a person's save)
+is copied whole as it is then, so the commit still holds a state the file had, never a prefix of a different one.
 
 Hard links share the inode and its times, so a file that did not change since the last snapshot is not hashed
 again (memd's git runs with `core.trustctime=false`: linking changes the inode's ctime). Where the git
@@ -35,6 +36,7 @@ Imports memd.gitrepo.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -57,6 +59,7 @@ _NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPN
 _TAIL = 64  # bytes before the recorded end that must still be there for the prefix to be the file's
 ROOT_FILES = (".gitignore",)  # at the workspace's top, its rules apply to the snapshot paths too
 _SKIPPED = (".memd-tmp-", ".memd.lock")  # memd's own files: never committed (excluded by pathspec anyway)
+_PIN = ".memd-tmp-pin"  # a live file's link in the mirror while it waits for `complete`: one of memd's own names
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class Prefix:
     size: int
     tail: bytes
     mode: int
+    pin: Path | None = None  # a hard link to the file as `build` found it, in the mirror under a skipped name
 
 
 @dataclass
@@ -108,6 +112,13 @@ def complete(mirror: Mirror) -> Path:
 
 def _copy_prefix(prefix: Prefix) -> None:
     try:
+        if prefix.pin is not None and _copy_pinned(prefix, prefix.pin):
+            return
+    finally:
+        if prefix.pin is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(prefix.pin)
+    try:
         fd = os.open(prefix.source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:  # deleted since: the snapshot holds what the workspace holds
         return
@@ -127,6 +138,24 @@ def _copy_prefix(prefix: Prefix) -> None:
         with open(prefix.target, "wb") as out:
             _copy_range(fd, out.fileno(), size)
         os.chmod(prefix.target, stat.S_IMODE(prefix.mode))
+    finally:
+        os.close(fd)
+
+
+def _copy_pinned(prefix: Prefix, pin: Path) -> bool:
+    """Copy the recorded prefix from the file as `build` found it (appended to since, or replaced: either way its
+    first `size` bytes are what they were). False when they are not (cut or rewritten in place since)."""
+    fd = os.open(pin, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        size = prefix.size
+        if st.st_size < size or os.pread(fd, len(prefix.tail), size - len(prefix.tail)) != prefix.tail:
+            return False
+        _vacate(prefix.target)
+        with open(prefix.target, "wb") as out:
+            _copy_range(fd, out.fileno(), size)
+        os.chmod(prefix.target, stat.S_IMODE(prefix.mode))
+        return True
     finally:
         os.close(fd)
 
@@ -241,7 +270,23 @@ def _place_live(source: Path, target: Path, later: list[Prefix]) -> None:
             os.close(fd)
     except FileNotFoundError:
         return
-    later.append(Prefix(source, target, st.st_ino, st.st_size, tail, st.st_mode))
+    later.append(Prefix(source, target, st.st_ino, st.st_size, tail, st.st_mode, _pin(source, target, st.st_ino)))
+
+
+def _pin(source: Path, target: Path, ino: int) -> Path | None:
+    """A hard link to `source` beside `target`, if it is still the file `ino` names: what `complete` copies from,
+    so that a file replaced after the writer was let go (every ordinary learning replaces cold/MEMORY.md) is
+    committed as it was under the writer, with the rest of the snapshot. None where the link is refused."""
+    pin = target.with_name(f".{target.name}{_PIN}")
+    try:
+        _vacate(pin)
+        os.link(source, pin, follow_symlinks=False)
+        if os.lstat(pin).st_ino == ino:
+            return pin
+        os.unlink(pin)  # replaced between the look and the link
+    except OSError:
+        pass
+    return None
 
 
 def _place(source: Path, target: Path, copy: bool) -> None:

@@ -249,17 +249,32 @@ def test_a_big_day_is_copied_after_the_writer_exactly_as_it_was_under_it(repo: G
     assert show(repo, f"warm/{TODAY}").encode() == data
 
 
-def test_a_big_day_saved_over_before_it_was_copied_is_committed_whole_as_saved(repo: GitRepo) -> None:
-    big_day(repo)
+def test_a_big_live_file_replaced_before_it_was_copied_is_committed_as_it_was_under_the_writer(
+    repo: GitRepo,
+) -> None:
+    """A person's save of a day, an ordinary learning's replace of a big MEMORY.md: the snapshot pairs the file
+    with the rest as they all were under the writer (the replace is the next snapshot's)."""
+    day = big_day(repo)
+    memory = repo.root / "cold" / "MEMORY.md"
+    memory.write_bytes(
+        b"# Memory\n" + b"".join(b"\n## T%d\n- [2026-12-01] learning %d\n" % (n, n) for n in range(9000))
+    )
+    before = memory.read_bytes()
+    assert len(before) > git_mirror.PREFIX_COPY_BYTES
     mirror = git_mirror.build(repo, {TODAY})
     assert mirror is not None
     saved = b"# Activity Log 2026-12-02\n\n### 10:00:00 - a person's shorter version\n"
     (repo.root / "warm" / "editor.tmp").write_bytes(saved)
     os.replace(repo.root / "warm" / "editor.tmp", repo.root / "warm" / TODAY)
+    (repo.root / "cold" / "next.tmp").write_bytes(b"# Memory\n\n## T0\n- [2026-12-03] newer\n" + before[9:])
+    os.replace(repo.root / "cold" / "next.tmp", memory)
 
-    commit_from_mirror(repo, git_mirror.complete(mirror))
+    tree = git_mirror.complete(mirror)
+    assert not list(tree.rglob("*.memd-tmp-*"))  # the pins are gone before git looks
+    commit_from_mirror(repo, tree)
 
-    assert show(repo, f"warm/{TODAY}").encode() == saved
+    assert show(repo, f"warm/{TODAY}").encode() == day
+    assert show(repo, "cold/MEMORY.md").encode() == before
 
 
 def test_a_big_day_rewritten_in_place_before_it_was_copied_is_committed_whole_never_a_torn_prefix(

@@ -119,7 +119,7 @@ def test_a_burst_is_folded_back_once_it_is_over_into_the_file_inserting_one_by_o
         for category, text in BURST:
             await ws.write(learn(category, text))
         assert ws.cold.run_start is not None
-        assert fsio.run_mark(memory_md(ws)) == str(ws.cold.run_start).encode()  # known after a restart too
+        assert fsio.run_mark(memory_md(ws)) == cold_store.mark_for(ws.cold.text, ws.cold.run_start)  # for a restart
         await settled(ws)
 
     asyncio.run(burst_then_pause())
@@ -161,7 +161,9 @@ def test_a_run_a_killed_daemon_left_is_found_at_start_joined_and_folded(
     leftover = small + "\n## A\n- [2024-03-14] appended\n"  # a burst's, left by a daemon killed before its fold
     memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
     memory.write_text(leftover, encoding="utf-8")
-    os.setxattr(memory, fsio.RUN_XATTR, str(len(small)).encode())  # what its append left with the blocks
+    mark = cold_store.mark_for(leftover, len(small))  # what its append left with the blocks
+    assert mark is not None
+    os.setxattr(memory, fsio.RUN_XATTR, mark)
     ws = open_alpha(person_io)
     assert ws.cold.run_start == len(small)
 
@@ -226,6 +228,8 @@ def test_learnings_appended_while_a_fold_is_made_follow_it_and_every_count_stays
     assert ws.cold.tokens == counter.count(text)
     assert ws.cold.learnings == cold_format.parse_memory(text)
     assert ws.cold.run_start == len(inserted_one_by_one(BIG, BURST[:3]))  # the next fold takes the rest
+    # The fold's new file is marked with the run after it: a daemon stopped or killed now still folds it later.
+    assert fsio.run_mark(memory_md(ws)) == cold_store.mark_for(text, ws.cold.run_start)
 
 
 def test_a_fold_made_before_a_persons_save_is_not_written_and_their_save_is_kept(ws: Workspace) -> None:
@@ -529,13 +533,30 @@ def test_a_persons_trailing_section_like_a_block_is_never_taken_for_a_run(
     assert memory.read_text("utf-8") == cold_format.insert_learning(theirs, "Other", DAY, "x")
 
 
-def test_a_mark_that_names_no_run_is_ignored(open_alpha: Callable[..., Workspace], person_io: HookedIO) -> None:
-    text = "# Agent Memory\n\n## A\n- [2024-01-01] a1\n\n## A\n- [2024-01-02] a2\nprose by hand\n"
+def test_a_mark_is_a_run_only_where_the_file_ends_with_exactly_that_run(
+    open_alpha: Callable[..., Workspace], person_io: HookedIO
+) -> None:
+    """A person's `>>` after the run, a mark left by an append that was cut off again under a person's section of
+    the same shape, a mark of another length, garbage: none is taken for a run, and nothing of theirs moves."""
+    base = "# Agent Memory\n\n## A\n- [2024-01-01] a1\n"
+    run = "\n## A\n- [2024-01-02] a2\n"
     memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
-    memory.write_text(text, encoding="utf-8")
-    for mark in (b"38", b"0", b"9999", b"x"):  # a block followed by prose, the start, past the end, garbage
+    cases = {
+        "their >> after it": (base + run + "- [2024-01-03] by hand\n", cold_store.mark_for(base + run, len(base))),
+        "cut, then theirs": (base + "\n## A\n- [2024-01-02] theirs\n", cold_store.mark_for(base + run, len(base))),
+        "cut, then theirs alike": (base + "\n## A\n- [2024-01-02] b2\n", cold_store.mark_for(base + run, len(base))),
+        "too long": (base + run, f"{len(base + run) + 5}:".encode() + b"0" * 32),
+        "garbage": (base + run, b"x"),
+    }
+    for case, (text, mark) in cases.items():
+        assert mark is not None
+        memory.write_text(text, encoding="utf-8")
         os.setxattr(memory, fsio.RUN_XATTR, mark)
-        assert open_alpha(person_io).cold.run_start is None, mark
+        assert open_alpha(person_io).cold.run_start is None, case
+
+    memory.write_text(base + run, encoding="utf-8")
+    os.setxattr(memory, fsio.RUN_XATTR, cold_store.mark_for(base + run, len(base)) or b"")
+    assert open_alpha(person_io).cold.run_start == len(base)  # the same file as memd left it: its run
 
 
 def test_a_failed_edit_in_a_batch_leaves_the_run_as_it_was(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -655,3 +676,41 @@ def test_a_rewrite_in_place_during_the_append_gets_the_batch_planned_again(
             fsio.guarded_append(memory, b"- memd's\n", planned)
 
         assert memory.read_bytes() == theirs, before
+
+
+def test_memds_bytes_kept_by_others_around_them_stand_and_are_not_written_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script appending around memd's append, a tool that read memd's bytes and saved the file by rename: the
+    learning is in the file once; a replan would have written it a second time."""
+    memory = tmp_path / "MEMORY.md"
+    write_all = fsio._write_all
+    data = b"\n## A\n- [2024-01-01] memd's\n"
+
+    def around(fd: int, data: bytes) -> None:
+        with memory.open("ab") as f:
+            f.write(b"- X\n")
+        write_all(fd, data)
+        with memory.open("ab") as f:
+            f.write(b"- Y\n")
+
+    def kept_by_a_tool(fd: int, data: bytes) -> None:
+        write_all(fd, data)
+        tmp = tmp_path / "MEMORY.md.tool"
+        tmp.write_bytes(memory.read_bytes() + b"- formatted\n")
+        os.replace(tmp, memory)
+
+    for hook, expected in (
+        (around, b"## A\n- X\n" + data + b"- Y\n"),
+        (kept_by_a_tool, b"## A\n" + data + b"- formatted\n"),
+    ):
+        memory.write_bytes(b"## A\n")
+        planned = fsio.fingerprint(memory)
+        assert planned is not None
+        monkeypatch.setattr(fsio, "_write_all", hook)
+
+        after, size_before = fsio.guarded_append(memory, data, planned)
+
+        assert memory.read_bytes() == expected, hook.__name__
+        assert size_before == 5
+        assert after != fsio.fingerprint(memory)  # the store reads the file again before it plans on it
