@@ -9,9 +9,10 @@ target is met, pinned parts untouched), (4) apply through the writer, replacing 
 by key and keeping everything written meanwhile, log it to warm, record it in hot, commit the post-state.
 A failure changes nothing, shows in status and backs the workspace off exponentially; a daily token cap stops
 runaway spend. What to compress and the checks on a summary are memd/checkpoint_plan.py; finding, showing and
-undoing a checkpoint afterwards, memd/checkpoint_history.py; the daily token ledger, memd/llm_spend.py. Imports
-memd.checkpoint_plan, memd.checkpoint_history, memd.checkpoint_flush, memd.llm_spend, memd.snapshots,
-memd.workspace, memd.summarizer, memd.batch, the hot format, memd.config and memd.errors.
+undoing a checkpoint afterwards, memd/checkpoint_history.py; the daily token ledger, memd/llm_spend.py; one
+checkpoint as decided, memd/checkpoint_compact.py. Imports memd.checkpoint_plan, memd.checkpoint_compact,
+memd.checkpoint_history, memd.checkpoint_flush, memd.llm_spend, memd.snapshots, memd.workspace, memd.summarizer,
+memd.batch, the hot format, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ from typing import Any
 
 from memd import checkpoint_history as history
 from memd.batch import Draft
+from memd.checkpoint_compact import Checkpoint, Summary, summarized
 from memd.checkpoint_flush import flush_to_warm
 from memd.checkpoint_plan import (
     NOTHING_TO_COMPRESS,
     Plan,
-    fold_line,
-    keyed,
     pinned,
     plan_checkpoint,
     verify_summary,
@@ -48,7 +48,6 @@ from memd.tiers.hot_format import HotDoc
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
-_FIELD = {"note": "notes", "decision": "decisions"}
 RECORDS_KEPT = 10  # records kept in hot/memd.json; every one is also in git history and warm
 
 
@@ -64,68 +63,6 @@ class Health:
     rejected: int = 0  # LLM summaries refused by the checks (the extractive one was applied instead)
     last_rejection: str = ""
     held_until_tokens: int | None = None  # after an undo: no automatic checkpoint until hot grows past this
-
-
-@dataclass(frozen=True)
-class _Summary:
-    text: str  # without a fold line, ending in one newline: memd appends its own
-    result: SummaryResult  # of the summarizer whose text this is (the fallback's after a rejection)
-    rejection: str = ""  # why the LLM's summary was refused, when the fallback's is applied instead
-
-
-@dataclass(frozen=True)
-class _Checkpoint:
-    """One checkpoint between summarizing and applying: what both writer batches need, fixed before either runs."""
-
-    id: str
-    plan: Plan
-    pre_commit: str
-    summary: _Summary
-    summarized: dict[tuple[str, str], dict[str, Any]]  # (list, key) -> the entry exactly as the summary covers it
-    flush: bool
-
-    def compressed(self, field: str, key: str, entry: dict[str, Any]) -> bool:
-        return self.summarized.get((field, key)) == entry
-
-    def to_remove(self, doc: HotDoc) -> list[tuple[str, dict[str, Any], str]]:
-        decisions, notes = keyed(list(doc.get("decisions") or [])), keyed(list(doc.get("notes") or []))
-        return [(k, e, "decision") for k, e in decisions if self.compressed("decisions", k, e)] + [
-            (k, e, "note") for k, e in notes if self.compressed("notes", k, e)
-        ]
-
-    def compact(
-        self, doc: HotDoc
-    ) -> tuple[HotDoc, list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any], str]], list[str]]:
-        """`doc` with the compressed entries replaced by the summary; also the notes left (with their keys), the
-        entries removed and the keys of summarized entries kept because they were edited meanwhile."""
-        new = dict(doc)
-        notes, decisions = keyed(list(doc.get("notes") or [])), keyed(list(doc.get("decisions") or []))
-        notes_left = [(k, n) for k, n in notes if not self.compressed("notes", k, n)]
-        new["notes"] = [n for _, n in notes_left]
-        new["decisions"] = [d for k, d in decisions if not self.compressed("decisions", k, d)]
-        removed = self.to_remove(doc)
-        edited = sorted(
-            k
-            for field, entries in (("notes", notes), ("decisions", decisions))
-            for k, e in entries
-            if (field, k) in self.summarized and not self.compressed(field, k, e)
-        )
-        new["summary"] = self.summary.text + fold_line(self.plan.summary_before, len(removed), self.pre_commit)
-        return new, notes_left, removed, edited
-
-
-def _summarized(plan: Plan, planned_doc: HotDoc) -> dict[tuple[str, str], dict[str, Any]]:
-    # Keys per list: a tool that numbers its notes and decisions alike ("id": "4" in both) must not make a
-    # compressed note remove a pinned decision.
-    keys = {(_FIELD[e.kind], e.key) for e in plan.entries if e.kind != "summary"}
-    # What was summarized, exactly: an entry edited while the summarizer ran (same id, new text) is not what
-    # the summary covers, so it stays in hot with its new text instead of being removed by its key.
-    return {
-        (field, k): entry
-        for field in ("notes", "decisions")
-        for k, entry in keyed(list(planned_doc.get(field) or []))
-        if (field, k) in keys
-    }
 
 
 class Checkpointer:
@@ -244,12 +181,12 @@ class Checkpointer:
         plan = self.plan(ws, planned_doc)
         self._check_daily_cap(ws, plan)
         summary = await self._summarize(ws, health, plan)
-        checkpoint = _Checkpoint(
+        checkpoint = Checkpoint(
             id=f"ckpt-{ws.clock.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}",
             plan=plan,
             pre_commit=pre_commit,
             summary=summary,
-            summarized=_summarized(plan, planned_doc),
+            summarized=summarized(plan, planned_doc),
             flush=self.config.flush_to_warm,  # read once: a reload meanwhile cannot make only one batch flush
         )
         flushed_first = await self._flush_first(ws, checkpoint)
@@ -274,7 +211,7 @@ class Checkpointer:
             )
         return pre_commit
 
-    async def _summarize(self, ws: Workspace, health: Health, plan: Plan) -> _Summary:
+    async def _summarize(self, ws: Workspace, health: Health, plan: Plan) -> Summary:
         """(2) and (3) A summary that passed the checks: the summarizer's, or for a refused LLM summary the
         fallback's. Outside the writer, so writes go on meanwhile."""
         request = SummaryRequest(plan.entries, plan.summary_allotment, task=str(ws.hot.doc.get("task") or ""))
@@ -294,7 +231,7 @@ class Checkpointer:
             log.warning("checkpoint of %s: LLM summary rejected, extractive applied instead: %s", ws.name, rejection)
             result = await self.fallback.summarize(SummaryRequest(plan.entries, request.max_tokens, task=request.task))
             text = self.verify(ws, plan, result)
-        return _Summary(without_fold_line(text).rstrip("\n") + "\n", result, rejection)
+        return Summary(without_fold_line(text).rstrip("\n") + "\n", result, rejection)
 
     async def _summarize_in_time(self, ws: Workspace, request: SummaryRequest) -> SummaryResult:
         """The summarizer's answer within the deadline; whatever it spent counts against the daily cap, a failed or
@@ -311,7 +248,7 @@ class Checkpointer:
         return result
 
     @staticmethod
-    async def _flush_first(ws: Workspace, checkpoint: _Checkpoint) -> int:
+    async def _flush_first(ws: Workspace, checkpoint: Checkpoint) -> int:
         """The flush as a batch of its own, durable before the apply (contract 3: what a checkpoint compresses is
         in the warm log first, whatever happens to the apply)."""
         if not checkpoint.flush:
@@ -320,7 +257,7 @@ class Checkpointer:
             lambda draft: flush_to_warm(ws, draft, checkpoint.id, checkpoint.to_remove(draft.edit_hot()))
         )
 
-    def _apply(self, draft: Draft, ws: Workspace, checkpoint: _Checkpoint, flushed_first: int) -> dict[str, Any]:
+    def _apply(self, draft: Draft, ws: Workspace, checkpoint: Checkpoint, flushed_first: int) -> dict[str, Any]:
         """(4) In the writer's batch: the compressed entries replaced by the summary, anything still left to flush
         logged to warm, the record kept in hot and logged."""
         plan = checkpoint.plan
@@ -345,7 +282,7 @@ class Checkpointer:
     def _record(
         self,
         draft: Draft,
-        checkpoint: _Checkpoint,
+        checkpoint: Checkpoint,
         summary: str,
         tokens_after: int,
         removed: list[tuple[str, dict[str, Any], str]],
@@ -381,7 +318,7 @@ class Checkpointer:
             record["rejected"] = {"backend": self.summarizer.name, "reason": rejection}
         return record
 
-    def _log_to_warm(self, draft: Draft, checkpoint: _Checkpoint, tokens_after: int, compressed: int) -> None:
+    def _log_to_warm(self, draft: Draft, checkpoint: Checkpoint, tokens_after: int, compressed: int) -> None:
         rejection = checkpoint.summary.rejection
         draft.log(
             "checkpoint",
