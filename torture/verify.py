@@ -5,8 +5,8 @@ cold/MEMORY.md (cold_format.parse_memory), and lists memd's temp files. Beyond "
 are exactly what memd writes, so a torn or interleaved write cannot hide behind a tolerant parser:
   * a day file must equal its header followed by the re-rendering of its parsed entries, byte for byte;
   * MEMORY.md must consist of the preamble, blank lines, unique `## ` headings and `- [date] text` lines, except
-    for the run of one-learning blocks a burst of learnings appended and no fold has taken back yet: exactly the
-    run the file's mark (user.memd.run) names, and only at its end (docs/format.md).
+    for a run of one-learning blocks at its end, as a burst of learnings appends them before they are folded back
+    (or as a restore of a snapshot taken mid-burst brings them back: docs/format.md).
 Each format is also read by a parser that shares no code with memd (tests/expected.py, written from
 docs/format.md), which must find the grammar memd writes and agree with memd's parser on every value: a bug in
 memd's renderer that its parser repeats (so the re-rendering above still matches) shows here.
@@ -31,7 +31,7 @@ import expected  # tests/expected.py: torture/run.py puts tests/ on the path
 
 from memd import fsio
 from memd.errors import CorruptFile
-from memd.tiers import cold_format, cold_store, hot_format, warm_format
+from memd.tiers import cold_format, hot_format, warm_format
 from memd.tiers.cold_format import Learning
 from memd.tiers.warm_format import WarmEntry
 
@@ -97,21 +97,29 @@ def warm_problems(name: str, data: bytes) -> tuple[list[WarmEntry], list[str]]:
     return entries, [f"warm/{name}: {p}" for p in problems]
 
 
-def marked_run(path: Path, text: str) -> int:
-    """The length of the run of blocks a burst appended that the file's mark names, if the text ends with exactly
-    that run (0: none)."""
-    mark = fsio.run_mark(path)
-    if mark is None:
-        return 0
-    digits = mark.partition(b":")[0]
-    length = int(digits) if digits.isdigit() else 0
-    if not 0 < length < len(text) or cold_store.mark_for(text, len(text) - length) != mark:
-        return 0
-    return length if cold_format.parse_appended(text[-length:]) is not None else 0
+def trailing_blocks(text: str) -> int:
+    """The length of the run of one-learning blocks at the end of `text` that a burst of learnings appended
+    (`\n## heading\n- [date] text\n` each), from the first whose heading an earlier section has: memd's run before
+    its fold, or one a restore of a snapshot taken mid-burst brought back (docs/format.md). 0: none."""
+    starts: list[int] = []
+    end = len(text)
+    while True:
+        start = text.rfind("\n## ", 0, end)
+        if start < 1 or text[start - 1] != "\n" or cold_format.parse_appended(text[start:end]) is None:
+            break
+        starts.append(start)
+        end = start
+    seen = {line for line in text[:end].split("\n") if line.startswith("## ")}
+    for start in reversed(starts):
+        heading = text[start + 1 : text.index("\n", start + 1)]
+        if heading in seen:
+            return len(text) - start
+        seen.add(heading)
+    return 0
 
 
 def cold_problems(text: str, run: int = 0) -> list[str]:
-    """`run`: the length of the marked run at the end (`marked_run`), whose headings repeat earlier ones."""
+    """`run`: the length of the run of blocks at the end (`trailing_blocks`), whose headings may repeat."""
     problems: list[str] = []
     headings: Counter[str] = Counter()
     lines = text[: len(text) - run].split("\n")
@@ -161,7 +169,7 @@ def inspect(root: Path, strict: bool = True) -> WsState:
             state.cold_text = cold_path.read_bytes().decode("utf-8")
             state.learnings = cold_format.parse_memory(state.cold_text)
             if strict:
-                state.problems += cold_problems(state.cold_text, marked_run(cold_path, state.cold_text))
+                state.problems += cold_problems(state.cold_text, trailing_blocks(state.cold_text))
         except UnicodeDecodeError as exc:
             state.problems.append(f"cold: not UTF-8 ({exc})")
     return state

@@ -87,3 +87,15 @@ def test_a_decision_missing_from_hot_needs_a_record_naming_it_whatever_its_warm_
 
     assert unnamed.lost == [f"{DECISION} missing from hot decisions"]
     assert (named.compressed, named.lost) == (1, [])
+
+
+def test_memory_md_may_end_with_a_run_of_blocks_a_burst_appended_and_nowhere_else_repeat_a_heading() -> None:
+    base = "# Agent Memory\n\n## A\n- [2024-01-01] a1\n\n## B\n- [2024-01-01] b1\n"
+    run = "\n## A\n- [2024-01-02] a2\n\n## B\n- [2024-01-02] b2\n"
+    v = _load_verify()
+
+    assert v.trailing_blocks(base + run) == len(run)
+    assert v.cold_problems(base + run, v.trailing_blocks(base + run)) == []
+    twice = base + "\n## A\n- [2024-01-02] a2\n- [2024-01-03] a3\n"  # a repeat of two lines: no block
+    assert v.trailing_blocks(twice) == 0
+    assert v.cold_problems(twice, v.trailing_blocks(twice)) == ["cold/MEMORY.md: heading '## A' appears 2 times"]
