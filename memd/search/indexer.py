@@ -5,9 +5,10 @@ month archives in warm/archive/), compares each with what the index recorded (si
 only what changed: the file is read again (through the tiers' capped, no-symlink reader), parsed, and its rows
 replaced; a file that is gone takes its rows with it. A day file that kept its inode and grew, with its bytes up
 to its last entry unchanged (a hash says so), is indexed from that entry on: an append costs its own size, not
-the day's. A file that cannot be read (too large, a symlink, corrupt JSON) keeps its last good rows and is tried
-again when it changes. Only regular files named as the tiers name them are read; nothing is ever written to a
-workspace. Imports memd.archive, memd.fsio, the tier formats and memd.search's documents and store.
+the day's; so is what a burst of learnings appends to cold/MEMORY.md (`_index_cold`). A file that cannot be read
+(too large, a symlink, corrupt JSON) keeps its last good rows and is tried again when it changes. Only regular
+files named as the tiers name them are read; nothing is ever written to a workspace. Imports memd.archive,
+memd.fsio, the tier formats and memd.search's documents and store.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memd import archive, fsio
 from memd.errors import MemdError
 from memd.search import documents
-from memd.search.documents import Doc
+from memd.search.documents import DayTail, Doc
 from memd.search.store import FileState, Store
-from memd.tiers import hot_format, read_tier_file, warm_format
+from memd.tiers import cold_format, hot_format, read_tier_file, warm_format
 
 log = logging.getLogger(__name__)
 ALL_TIERS = frozenset({"hot", "warm", "cold"})
@@ -157,8 +158,7 @@ def _index_file(store: Store, source: Source, file: str, state: FileState, befor
         doc = hot_format.parse(data, file) if data.strip() else hot_format.empty_doc()
         return store.replace_file(source.name, file, state, documents.hot(doc, data.decode("utf-8", "replace")))
     if file == COLD_FILE:
-        text = (read_tier_file(path, source.cold_max) or b"").decode("utf-8", "replace")
-        return store.replace_file(source.name, file, state, documents.cold(text))
+        return _index_cold(store, source, state, before)
     if file == PROPOSALS_FILE:
         text = (read_tier_file(path, source.cold_max) or b"").decode("utf-8", "replace")
         return store.replace_file(source.name, file, state, documents.proposals(text))
@@ -194,6 +194,44 @@ def _index_day(store: Store, source: Source, file: str, state: FileState, before
     digest = hashlib.blake2b(memoryview(data)[: end.offset], digest_size=16)
     done = FileState(state.size, state.mtime_ns, state.ino, end, digest.digest())
     return store.replace_file(source.name, file, done, docs)
+
+
+def _index_cold(store: Store, source: Source, state: FileState, before: FileState | None) -> int:
+    """cold/MEMORY.md: what a burst of learnings appended (blocks of one learning, memd.tiers.cold_format) is
+    indexed alone, when the file kept its inode and its bytes up to where it was indexed (a hash says so): a
+    burst costs the index what it appended, not the file again after every batch (the soak with learnings: the
+    search thread's diff of a growing MEMORY.md took the CPU from every request). Anything else appended (a
+    person's `>>` of lines under the last heading), and every other change (an insertion, a fold, a save), is
+    read whole and compared with what is indexed (Store.replace_file)."""
+    path = source.root / COLD_FILE
+    if (
+        before is not None
+        and before.error is None
+        and before.tail is not None
+        and before.prefix_hash is not None
+        and before.ino == state.ino
+    ):
+        digest = hashlib.blake2b(digest_size=16)
+        tail = read_tier_file(path, source.cold_max, before.tail.offset, digest.update) or b""
+        added = tail.decode("utf-8", "replace")
+        if (
+            digest.digest() == before.prefix_hash
+            and before.tail.offset + len(tail) >= before.size
+            and added.startswith("\n")
+            and cold_format.parse_appended(added) is not None
+        ):
+            docs = [replace(d, line_start=d.line_start + before.tail.line, line_end=d.line_end + before.tail.line)
+                    for d in documents.cold(added)]  # fmt: skip
+            digest.update(tail)
+            end = DayTail(before.tail.offset + len(tail), before.tail.line + tail.count(b"\n"))
+            done = FileState(state.size, state.mtime_ns, state.ino, end, digest.digest())
+            return store.replace_file(source.name, COLD_FILE, done, docs, from_line=before.tail.line + 1)
+    data = read_tier_file(path, source.cold_max) or b""
+    whole = None
+    if data.endswith(b"\n"):  # an append starts on a line of its own: indexed alone next time
+        whole = DayTail(len(data), data.count(b"\n")), hashlib.blake2b(data, digest_size=16).digest()
+    done = FileState(state.size, state.mtime_ns, state.ino, *(whole or (None, None)))
+    return store.replace_file(source.name, COLD_FILE, done, documents.cold(data.decode("utf-8", "replace")))
 
 
 def _archived(path: Path, max_bytes: int) -> list[Doc]:

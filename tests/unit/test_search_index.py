@@ -244,6 +244,33 @@ def test_appends_are_indexed_from_the_last_entry_and_equal_a_full_build(store: S
     assert search(store, '"second half"')[0]["lines"][0] == fresh.rows("alpha")[-1][5]
 
 
+def test_a_burst_of_learnings_appended_is_indexed_alone_and_equals_a_full_build(store: Store, tmp_path: Path) -> None:
+    """A burst appends blocks of one learning each to MEMORY.md: each sync indexes those alone (a diff of the
+    whole file after every batch took the search thread's CPU from every request as MEMORY.md grew)."""
+    ws = source(tmp_path / "alpha")
+    memory = ws.root / "cold" / "MEMORY.md"
+    memory.write_text("# Agent Memory\n\n## Ops\n- [2026-03-01] keep backups\n- [2026-03-01] rotate keys\n")
+    indexer.sync(store, ws, ALL_TIERS)
+    inode = memory.stat().st_ino
+    for n in range(1, 4):
+        with memory.open("a", encoding="utf-8") as f:
+            f.write(f"\n## Ops\n- [2026-03-0{n + 1}] appended {n}\n")
+        assert indexer.sync(store, ws, frozenset({"cold"})).documents == 1  # the block, not the file again
+    burst = Store(tmp_path / "burst.sqlite3")
+    indexer.sync(burst, ws, ALL_TIERS)
+    assert store.rows("alpha") == burst.rows("alpha")
+    assert search(store, "appended 3")[0]["lines"] == [14, 14]
+    with memory.open("a", encoding="utf-8") as f:  # a person's `>>` under the last heading: read whole
+        f.write("- [2026-03-09] by hand\n")
+    indexer.sync(store, ws, frozenset({"cold"}))
+    assert memory.stat().st_ino == inode
+
+    fresh = Store(tmp_path / "fresh.sqlite3")
+    indexer.sync(fresh, ws, ALL_TIERS)
+    assert store.rows("alpha") == fresh.rows("alpha")
+    assert len(store.rows("alpha")) == 6
+
+
 def memory_file(sections: dict[str, list[str]]) -> str:
     return "# Agent Memory\n" + "".join(
         f"\n## {name}\n" + "".join(f"- [2026-03-01] {text}\n" for text in texts) for name, texts in sections.items()
