@@ -253,6 +253,15 @@ class Workspace:
         self._folding.add(task)
         task.add_done_callback(self._folding.discard)
 
+    async def fold_appended(self) -> None:
+        """Fold a run of learnings a burst appended now, made in a worker: before an edit of cold/MEMORY.md other
+        than a learning (accepting a proposal), which would otherwise fold it in its draft, on the loop, and have
+        the file counted again there (~290 ms for a 1.8 MB MEMORY.md)."""
+        if self._folding:
+            await asyncio.gather(*self._folding, return_exceptions=True)
+        if self.cold.run_start is not None:
+            await self._fold_cold()
+
     async def _fold_cold(self) -> None:
         """Fold the learnings a burst appended to cold/MEMORY.md back under their sections
         (memd.tiers.cold_store.TIDY_AFTER_SECONDS): made, counted and parsed in a worker (a big file's count and

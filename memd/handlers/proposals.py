@@ -72,6 +72,7 @@ async def proposals_accept(call: Call, p: Params) -> Any:
         draft.proposals = rest
         return proposal, replaced
 
+    await ws.fold_appended()  # a burst's run folded in a worker, not in the accept's draft on the loop
     proposal, replaced = await ws.write(edit)
     return result_with_usage(ws, {"accepted": proposal_json(proposal), "replaced": replaced})
 

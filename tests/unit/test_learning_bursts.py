@@ -714,3 +714,33 @@ def test_memds_bytes_kept_by_others_around_them_stand_and_are_not_written_twice(
         assert memory.read_bytes() == expected, hook.__name__
         assert size_before == 5
         assert after != fsio.fingerprint(memory)  # the store reads the file again before it plans on it
+
+
+def test_a_run_is_folded_in_a_worker_on_demand_before_an_edit_that_would_fold_it_on_the_loop(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What accepting a proposal does first (memd.handlers.proposals): its draft then has no run to fold."""
+    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 3600.0)  # no timer would fold it here
+    folds_in_a_draft: list[int] = []
+    edit_cold = Draft.edit_cold
+
+    def counted(draft: Draft) -> str:
+        draft._edit_cold()
+        if draft.cold_run_start is not None:
+            folds_in_a_draft.append(draft.cold_run_start)
+        return edit_cold(draft)
+
+    monkeypatch.setattr(Draft, "edit_cold", counted)
+
+    async def burst_then_accept() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        assert ws.cold.run_start is not None
+        await ws.fold_appended()
+        assert ws.cold.run_start is None
+        await ws.write(lambda draft: draft.edit_cold())
+
+    asyncio.run(burst_then_accept())
+
+    assert folds_in_a_draft == []
+    assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, BURST)
