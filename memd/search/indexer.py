@@ -167,28 +167,35 @@ def _index_file(store: Store, source: Source, file: str, state: FileState, befor
     return _index_day(store, source, file, state, before)
 
 
+def _grown(
+    path: Path, cap: int, state: FileState, before: FileState | None
+) -> tuple[bytes, hashlib.blake2b, DayTail] | None:
+    """What follows the point `before` indexed a file up to (its tail), when the file kept its inode and its bytes
+    before that point (the hash `before` recorded says so): (those bytes, the hash so far, to go on with, the
+    tail). Only the tail is read into memory; the bytes before it are hashed as they are read, through one small
+    buffer (a day of megabytes read whole at every pass was a buffer of its size made and dropped every
+    index_max_wait_seconds under steady writes: heap the daemon kept). None: read the file whole."""
+    if before is None or before.error is not None or before.tail is None or before.prefix_hash is None:
+        return None
+    if before.ino != state.ino:
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    tail = read_tier_file(path, cap, before.tail.offset, digest.update) or b""
+    if digest.digest() != before.prefix_hash or before.tail.offset + len(tail) < before.size:
+        return None
+    return tail, digest, before.tail
+
+
 def _index_day(store: Store, source: Source, file: str, state: FileState, before: FileState | None) -> int:
     path = source.root / file
     day = file.removeprefix("warm/").removesuffix(".md")
-    if (
-        before is not None
-        and before.error is None
-        and before.tail is not None
-        and before.prefix_hash is not None
-        and before.ino == state.ino
-    ):
-        # Only what follows the last entry indexed is read into memory; the bytes before it are hashed as they
-        # are read, through one small buffer (a day of megabytes read whole at every pass was a buffer of its
-        # size made and dropped every index_max_wait_seconds under steady writes: heap the daemon kept).
-        digest = hashlib.blake2b(digest_size=16)
-        tail = read_tier_file(path, source.warm_max, before.tail.offset, digest.update) or b""
-        if (
-            digest.digest() == before.prefix_hash and before.tail.offset + len(tail) >= before.size
-        ):  # only appended to: index from the last entry on
-            docs, resumed = documents.warm_day(tail, day, before.tail)
-            digest.update(memoryview(tail)[: resumed.offset - before.tail.offset])
-            done = FileState(state.size, state.mtime_ns, state.ino, resumed, digest.digest())
-            return store.replace_file(source.name, file, done, docs, from_line=before.tail.line)
+    grown = _grown(path, source.warm_max, state, before)
+    if grown is not None:  # only appended to: index from the last entry on
+        tail, digest, last = grown
+        docs, resumed = documents.warm_day(tail, day, last)
+        digest.update(memoryview(tail)[: resumed.offset - last.offset])
+        done = FileState(state.size, state.mtime_ns, state.ino, resumed, digest.digest())
+        return store.replace_file(source.name, file, done, docs, from_line=last.line)
     data = read_tier_file(path, source.warm_max) or b""
     docs, end = documents.warm_day(data, day)
     digest = hashlib.blake2b(memoryview(data)[: end.offset], digest_size=16)
@@ -204,28 +211,17 @@ def _index_cold(store: Store, source: Source, state: FileState, before: FileStat
     person's `>>` of lines under the last heading), and every other change (an insertion, a fold, a save), is
     read whole and compared with what is indexed (Store.replace_file)."""
     path = source.root / COLD_FILE
-    if (
-        before is not None
-        and before.error is None
-        and before.tail is not None
-        and before.prefix_hash is not None
-        and before.ino == state.ino
-    ):
-        digest = hashlib.blake2b(digest_size=16)
-        tail = read_tier_file(path, source.cold_max, before.tail.offset, digest.update) or b""
+    grown = _grown(path, source.cold_max, state, before)
+    if grown is not None:
+        tail, digest, last = grown
         added = tail.decode("utf-8", "replace")
-        if (
-            digest.digest() == before.prefix_hash
-            and before.tail.offset + len(tail) >= before.size
-            and added.startswith("\n")
-            and cold_format.parse_appended(added) is not None
-        ):
-            docs = [replace(d, line_start=d.line_start + before.tail.line, line_end=d.line_end + before.tail.line)
+        if added.startswith("\n") and cold_format.parse_appended(added) is not None:
+            docs = [replace(d, line_start=d.line_start + last.line, line_end=d.line_end + last.line)
                     for d in documents.cold(added)]  # fmt: skip
             digest.update(tail)
-            end = DayTail(before.tail.offset + len(tail), before.tail.line + tail.count(b"\n"))
+            end = DayTail(last.offset + len(tail), last.line + tail.count(b"\n"))
             done = FileState(state.size, state.mtime_ns, state.ino, end, digest.digest())
-            return store.replace_file(source.name, COLD_FILE, done, docs, from_line=before.tail.line + 1)
+            return store.replace_file(source.name, COLD_FILE, done, docs, from_line=last.line + 1)
     data = read_tier_file(path, source.cold_max) or b""
     whole = None
     if data.endswith(b"\n"):  # an append starts on a line of its own: indexed alone next time

@@ -294,6 +294,18 @@ def test_a_persons_append_in_the_middle_of_a_burst_is_kept_once_with_memds(ws: W
 # --- the guarded append itself (memd.fsio_batch) ----------------------------------------------------------------
 
 
+def apply_day_and_learning(day: Path, memory: Path, planned: fsio.Fingerprint | None) -> None:
+    """A batch of a day's append, then a learning's guarded append to MEMORY.md as planned (5 bytes, `planned`)."""
+    fsio_batch.apply_writes(
+        [
+            fsio_batch.FileWrite(day, b"entry\n", append=True),
+            fsio_batch.FileWrite(
+                memory, b"- [2024-01-01] x\n", append=True, guarded=True, expected_size=5, expected_fingerprint=planned
+            ),
+        ]
+    )
+
+
 def test_a_guarded_append_to_a_file_changed_since_it_was_planned_appends_nothing_anywhere(tmp_path: Path) -> None:
     memory, day = tmp_path / "MEMORY.md", tmp_path / "day.md"
     memory.write_bytes(b"## A\n")
@@ -302,19 +314,7 @@ def test_a_guarded_append_to_a_file_changed_since_it_was_planned_appends_nothing
     memory.write_bytes(b"## A\n## B\n")  # a person's save
 
     with pytest.raises(fsio_batch.OutsideChange):
-        fsio_batch.apply_writes(
-            [
-                fsio_batch.FileWrite(day, b"entry\n", append=True),
-                fsio_batch.FileWrite(
-                    memory,
-                    b"- [2024-01-01] x\n",
-                    append=True,
-                    guarded=True,
-                    expected_size=5,
-                    expected_fingerprint=planned,
-                ),
-            ]
-        )
+        apply_day_and_learning(day, memory, planned)
 
     assert memory.read_bytes() == b"## A\n## B\n"
     assert not day.exists()  # the batch plans again: nothing of it was made
@@ -327,19 +327,7 @@ def test_a_batch_whose_later_append_fails_cuts_its_guarded_append_off_again(tmp_
     planned = fsio.fingerprint(memory)
 
     with pytest.raises(OSError):
-        fsio_batch.apply_writes(
-            [
-                fsio_batch.FileWrite(day, b"entry\n", append=True),
-                fsio_batch.FileWrite(
-                    memory,
-                    b"- [2024-01-01] x\n",
-                    append=True,
-                    guarded=True,
-                    expected_size=5,
-                    expected_fingerprint=planned,
-                ),
-            ]
-        )
+        apply_day_and_learning(day, memory, planned)
 
     assert memory.read_bytes() == b"## A\n"
 
