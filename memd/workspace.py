@@ -28,13 +28,14 @@ from zoneinfo import ZoneInfo
 from memd import fsio, fsio_batch, promote, retention
 from memd.batch import Batch, Edit
 from memd.changes import ChangeSink, NoSink
+from memd.cold_fold import ColdFolder
 from memd.config import LimitsConfig, WorkspaceConfig
 from memd.early_ack import EarlyAck
-from memd.errors import MemdError, StorageError
+from memd.errors import StorageError
 from memd.exclusive import ExclusiveLock
 from memd.planner import Clock, TierPlanner
 from memd.tiers import warm_format
-from memd.tiers.cold_store import APPENDED_MAX, TIDY_AFTER_SECONDS, ColdStore
+from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_store import HotStore
 from memd.tiers.proposals_store import ProposalsStore
 from memd.tiers.warm_format import WarmEntry
@@ -92,9 +93,6 @@ class Workspace:
         self._exclusive = ExclusiveLock()  # a batch, or a sweep, or an adoption: never two at once
         self._pinned: fsio.PinnedDir | None = None  # the directory open() found, by device and inode
         self._adopting = False  # a worker thread is reading outside changes in; reads serve the last good state
-        self._fold_timer: asyncio.TimerHandle | None = None  # folds the learnings a burst appended (_fold_cold)
-        self._folding: set[asyncio.Task[None]] = set()
-        self._closing = False
         self.planner = TierPlanner(
             self.name, self.hot, self.warm, self.cold, self.proposals, clock, config.warm.timezone
         )
@@ -114,6 +112,7 @@ class Workspace:
             self.usage_after,
             self.usage_dict,
         )
+        self.folder = ColdFolder(self.name, self.cold, io, self.write)  # a burst's learnings folded back
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -130,8 +129,7 @@ class Workspace:
         for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
             self.warm.tokens_for(day)  # a 10 MB day file is counted now, not by the first write after start
         self._record_adoption()
-        if self.cold.run_start is not None:  # a run a daemon killed in a burst left (opened on the loop: folded soon)
-            self._arm_fold(TIDY_AFTER_SECONDS)
+        self.folder.found()  # a run a daemon killed in a burst left (opened on the loop: folded soon)
         return [str(p) for p in removed]
 
     def _record_adoption(self) -> None:
@@ -180,14 +178,8 @@ class Workspace:
         taking writes and wait until every queued one is durable or failed. The writer is closed even when the
         fold fails or close() is cancelled; a learning that comes while the fold is written starts a run of its
         own, which the file's mark (fsio.RUN_XATTR) has the next start fold."""
-        self._closing = True
         try:
-            if self._fold_timer is not None:
-                self._fold_timer.cancel()
-                self._fold_timer = None
-            if self._folding:
-                await asyncio.gather(*self._folding, return_exceptions=True)
-            await self._fold_cold()
+            await self.folder.close()
         finally:
             await self.writer.close()
 
@@ -230,64 +222,13 @@ class Workspace:
 
     def _committed(self, tiers: frozenset[str]) -> None:
         """A batch is durable and acknowledged: arm the fold of learnings it appended, tell the change sink."""
-        if "cold" in tiers and self.cold.run_start is not None:
-            self._arm_fold(0.0 if self.cold.appended >= APPENDED_MAX else TIDY_AFTER_SECONDS)
+        if "cold" in tiers:
+            self.folder.committed()
         self.sink.changed(self, tiers, "write")
 
-    def _arm_fold(self, delay: float) -> None:
-        if self._closing:  # close() folds what is left itself
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # published outside a loop (a test's direct call): the next append arms it
-            return
-        if self._fold_timer is not None:
-            self._fold_timer.cancel()
-        self._fold_timer = loop.call_later(delay, self._start_fold)
-
-    def _start_fold(self) -> None:
-        self._fold_timer = None
-        if self._folding:  # one fold at a time: the one running arms the next if anything is left to fold
-            return
-        task = asyncio.get_running_loop().create_task(self._fold_cold())
-        self._folding.add(task)
-        task.add_done_callback(self._folding.discard)
-
     async def fold_appended(self) -> None:
-        """Fold a run of learnings a burst appended now, made in a worker: before an edit of cold/MEMORY.md other
-        than a learning (accepting a proposal), which would otherwise fold it in its draft, on the loop, and have
-        the file counted again there (~290 ms for a 1.8 MB MEMORY.md)."""
-        if self._folding:
-            await asyncio.gather(*self._folding, return_exceptions=True)
-        if self.cold.run_start is not None:
-            await self._fold_cold()
-
-    async def _fold_cold(self) -> None:
-        """Fold the learnings a burst appended to cold/MEMORY.md back under their sections
-        (memd.tiers.cold_store.TIDY_AFTER_SECONDS): made, counted and parsed in a worker (a big file's count and
-        parse would hold the loop), then written through the writer like any batch, guarded, with whatever was
-        appended meanwhile after it. A person's edit meanwhile is never lost: the fold made before it is dropped
-        and the next one starts from their file. Armed again while a run is left (appended meanwhile, dropped)."""
-        text, run_start = self.cold.text, self.cold.run_start
-        if self.cold.error is not None or run_start is None:
-            return
-        try:
-            fold = await asyncio.get_running_loop().run_in_executor(self._io, self.cold.prepare_fold, text, run_start)
-            if fold is None:  # not blocks as memd appends them: nothing of memd's to fold
-                log.warning("workspace %s: cold/MEMORY.md's end is not what memd appended; left as it is", self.name)
-                if self.cold.text is text:
-                    self.cold.run_start = None
-                return
-            if await self.write(lambda draft: draft.fold_cold(fold)):
-                log.debug("workspace %s: folded the learnings a burst appended to cold/MEMORY.md", self.name)
-        except MemdError as exc:  # stopping, a corrupt file, a full disk: the next append arms it again
-            log.info("workspace %s: folding appended learnings postponed: %s", self.name, exc.message)
-            return
-        except Exception:
-            log.exception("workspace %s: folding appended learnings failed", self.name)
-            return
-        if self._fold_timer is None and self.cold.run_start is not None:  # appended since, or dropped
-            self._arm_fold(TIDY_AFTER_SECONDS)
+        """Fold a run of learnings a burst appended now, in a worker (memd.cold_fold: before accepting a proposal)."""
+        await self.folder.fold_now()
 
     async def split_hot(self) -> bool:
         """Write the hot tier in its two-file layout: memd's own keys (notes, summary, checkpoint records, version)
@@ -371,8 +312,8 @@ class Workspace:
                 changed = await self.in_worker_to_the_end(self._refresh_and_count)
         finally:
             self._adopting = False
-        if "cold" in changed and self.cold.run_start is not None and self._fold_timer is None:
-            self._arm_fold(TIDY_AFTER_SECONDS)  # a file adopted with a run a burst appended (a killed daemon's)
+        if "cold" in changed:
+            self.folder.found()  # a file adopted with a run a burst appended (a killed daemon's)
         return changed
 
     def _refresh_and_count(self) -> set[str]:

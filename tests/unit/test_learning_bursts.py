@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from hooked_io import HookedIO
 
-from memd import fsio, fsio_batch
-from memd import workspace as workspace_module
+from memd import cold_fold, fsio, fsio_batch
 from memd.batch import Draft
 from memd.errors import ShuttingDown
 from memd.tiers import cold_format, cold_store
@@ -106,14 +105,14 @@ async def settled(ws: Workspace) -> None:
     """Until the fold armed after the last append has run (or ten seconds have passed)."""
     for _ in range(200):
         await asyncio.sleep(0.05)
-        if ws._fold_timer is None and not ws._folding:
+        if ws.folder.timer is None and not ws.folder.running:
             return
 
 
 def test_a_burst_is_folded_back_once_it_is_over_into_the_file_inserting_one_by_one_makes(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
 
     async def burst_then_pause() -> None:
         for category, text in BURST:
@@ -133,7 +132,7 @@ def test_a_burst_is_folded_back_once_it_is_over_into_the_file_inserting_one_by_o
 def test_a_learning_while_appended_sections_are_there_is_appended_too_and_folded_with_them(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
 
     async def burst_then_later() -> int:
         for category, text in BURST:
@@ -156,7 +155,7 @@ def test_a_run_a_killed_daemon_left_is_found_at_start_joined_and_folded(
     open_alpha: Callable[..., Workspace], person_io: HookedIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Even in a small file, and whatever the timing: a learning inserted above a run would reorder it."""
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
     small = "# Agent Memory\n\n## A\n- [2024-01-01] a1\n"
     leftover = small + "\n## A\n- [2024-03-14] appended\n"  # a burst's, left by a daemon killed before its fold
     memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
@@ -183,8 +182,8 @@ def test_a_run_a_killed_daemon_left_is_found_at_start_joined_and_folded(
 def test_a_long_burst_is_folded_as_it_goes_every_appended_max_learnings(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace_module, "APPENDED_MAX", 3)
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 3600.0)  # only the count can start a fold here
+    monkeypatch.setattr(cold_fold, "APPENDED_MAX", 3)
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)  # only the count can start a fold here
     learnings = [(f"Topic {n % 4}", f"x{n}") for n in range(7)]
 
     async def burst() -> None:
@@ -193,7 +192,7 @@ def test_a_long_burst_is_folded_as_it_goes_every_appended_max_learnings(
             await asyncio.sleep(0)
         for _ in range(100):  # the fold the third append started, and the writes it waits for
             await asyncio.sleep(0.02)
-            if not ws._folding:
+            if not ws.folder.running:
                 return
 
     asyncio.run(burst())
@@ -357,14 +356,14 @@ def test_a_workspace_closed_in_the_middle_of_a_burst_leaves_memory_md_folded(ws:
     asyncio.run(burst_then_stop())
 
     assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, BURST)
-    assert ws._fold_timer is None
+    assert ws.folder.timer is None
 
 
 # --- what the first design of bursts got wrong (each found in review) ----------------------------------------------
 
 
 def test_a_burst_that_ends_on_a_new_category_is_folded_too(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
     learnings = [("Topic 3", "b1"), ("Topic 3", "b2"), ("Brand new", "b3")]
 
     async def burst_then_pause() -> None:
@@ -380,7 +379,7 @@ def test_a_burst_that_ends_on_a_new_category_is_folded_too(ws: Workspace, monkey
 def test_a_learning_with_a_backtick_run_mid_burst_is_appended_and_folded_with_the_rest(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
     learnings = [("Topic 3", "b1"), ("Topic 3", "wrap code in ``` blocks"), ("Topic 3", "b3"), ("Topic 5", "b4")]
 
     async def burst_then_pause() -> set[int]:
@@ -398,7 +397,7 @@ def test_a_learning_with_a_backtick_run_mid_burst_is_appended_and_folded_with_th
 def test_a_fold_dropped_for_a_persons_save_is_made_again_from_their_file(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
 
     async def burst_save_pause() -> None:
         for category, text in BURST:
@@ -550,7 +549,7 @@ def test_a_mark_is_a_run_only_where_the_file_ends_with_exactly_that_run(
 def test_a_failed_edit_in_a_batch_leaves_the_run_as_it_was(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     """An edit that folds in the draft (accepting a proposal) or learns, then raises: the batch's other requests
     go on from the draft as it was before that edit, run included."""
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 0.05)
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
 
     def fold_then_fail(draft: Draft) -> None:
         draft.edit_cold()
@@ -708,7 +707,7 @@ def test_a_run_is_folded_in_a_worker_on_demand_before_an_edit_that_would_fold_it
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What accepting a proposal does first (memd.handlers.proposals): its draft then has no run to fold."""
-    monkeypatch.setattr(workspace_module, "TIDY_AFTER_SECONDS", 3600.0)  # no timer would fold it here
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)  # no timer would fold it here
     folds_in_a_draft: list[int] = []
     edit_cold = Draft.edit_cold
 
