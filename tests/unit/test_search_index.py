@@ -488,6 +488,23 @@ def test_a_frequent_word_ranks_its_newest_matches_and_a_small_scope_still_finds_
     assert own["heading"] == "cache cleared in small"
 
 
+def test_prefix_queries_of_every_length_find_exactly_the_words_that_start_so(store: Store, tmp_path: Path) -> None:
+    # Prefixes of 2, 3 and 4 characters are answered from FTS5's prefix indexes, longer ones by merging the
+    # doclists of the words they match: the hits must be the same either way.
+    # (words whose stems start with the same letters as they do: "reply" is stemmed "repli")
+    words = ["replica", "replicated", "repo", "rename", "ruby", "rust", "rum", "render", "react"]
+    big = source(tmp_path / "big", "big")
+    write_day(big.root, TODAY, *(entry(f"0{i}:00:00", f"step {i}", note=f"{w} work") for i, w in enumerate(words)))
+    indexer.sync(store, big, ALL_TIERS)
+    declared = store.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'words'").fetchone()[0]
+    assert "prefix='2 3 4'" in declared
+    for prefix in ("ru", "rep", "repl", "repli", "replic", "ren"):
+        hits = search(store, f"{prefix}*", filters("big"), limit=50)
+        expected = {f"step {i}" for i, w in enumerate(words) if w.startswith(prefix)}
+        assert {h["heading"] for h in hits} == expected, prefix
+        assert all(f"\u00ab{prefix}" in str(h["snippet"]).lower() for h in hits), prefix
+
+
 def test_a_short_term_scan_of_one_workspaces_tier_reads_newest_first_and_stops_at_its_limit(
     store: Store, tmp_path: Path
 ) -> None:
