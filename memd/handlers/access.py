@@ -59,8 +59,9 @@ class Call:
     reply_to: ReplyTo | None = None  # where a write's worker may send its answer itself (memd.early_ack)
 
     def early(self, answer: Answer) -> EarlyAck | None:
-        """An early answer for this call's write: `answer` makes the method's result from the edit's result and
-        the usage once the batch is published. None where nobody can be answered early (a notification, an
+        """An early answer for this call, sent by the worker that has it (a write's, once durable; a search's
+        query thread): `answer` makes the method's result from the worker's result (a write's edit result and
+        the usage once its batch is published). None where nobody can be answered early (a notification, an
         in-process call)."""
         return None if self.reply_to is None else EarlyAck(self.reply_to, answer)
 

@@ -57,14 +57,19 @@ async def memory_search(call: Call, p: Params) -> Any:
         spaces = [call.workspace]
     else:
         spaces = [ws for _, ws in sorted(call.services.workspaces().items()) if may_access(call, ws, "read")]
-    result = await call.services.search.search(spaces, request)
-    readable = {ws.name for ws in spaces if may_access(call, ws, "read")}
-    return {
-        "query": text,
-        "workspaces": sorted(readable),
-        "hits": [hit for hit in result["hits"] if hit["workspace"] in readable],
-        "more": result["more"],
-    }
+
+    def answer(page: dict[str, Any], _usage: object = None) -> dict[str, Any]:
+        # Access is checked again per hit once the hits are there (a reload may have revoked some meanwhile);
+        # on the query thread when it sends the answer itself (the rules are plain reads of frozen config).
+        readable = {ws.name for ws in spaces if may_access(call, ws, "read")}
+        return {
+            "query": text,
+            "workspaces": sorted(readable),
+            "hits": [hit for hit in page["hits"] if hit["workspace"] in readable],
+            "more": page["more"],
+        }
+
+    return answer(await call.services.search.search(spaces, request, call.early(answer)))
 
 
 async def memory_reindex(call: Call, p: Params) -> Any:

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from memd.config import SearchConfig
 from memd.debounce import Debouncer
+from memd.early_ack import EarlyAck
 from memd.errors import InvalidParams, Unavailable
 from memd.search import indexer
 from memd.search import query as q
@@ -75,6 +76,11 @@ _PASS = "pass"  # the one key of the debouncer
 
 class _Stopped(Exception):
     """memd is stopping: a pass ends between two files."""
+
+
+def _page(hits: list[dict[str, Any]], request: Request) -> dict[str, Any]:
+    """The page of `hits` the request asked for, and whether there are more (the searcher ranks one more)."""
+    return {"hits": hits[request.offset : request.offset + request.limit], "more": len(hits) > request.page.stop}
 
 
 def seen_state(ws: Workspace) -> dict[str, object]:
@@ -387,8 +393,11 @@ class SearchService:
         if not self.available:
             raise Unavailable(self.error or "the search index is not open", data={"search": "unavailable"})
 
-    async def search(self, workspaces: Sequence[Workspace], request: Request) -> dict[str, Any]:
-        """Hits of `request` in `workspaces` (the caller checked access), best first, after catching up."""
+    async def search(
+        self, workspaces: Sequence[Workspace], request: Request, early: EarlyAck | None = None
+    ) -> dict[str, Any]:
+        """Hits of `request` in `workspaces` (the caller checked access), best first, after catching up: `{hits,
+        more}`. `early`: the caller's answer to this page, which the query thread sends when it can."""
         self._require()
         if not workspaces:
             return {"hits": [], "more": False}
@@ -401,12 +410,24 @@ class SearchService:
         except asyncio.CancelledError:
             self._give_back(batch)  # the job may never have run: its marks must not be lost
             raise
-        hits = await self._run_on(self._reader, self._query, sources, request, today)
+        hits = await self._run_on(self._reader, self._query_answering, sources, request, today, early)
         if hits is None:
             hits = await self._run(self._search, sources, request, today)
         self.stats["queries"] += 1
-        page = hits[request.offset : request.offset + request.limit]
-        return {"hits": page, "more": len(hits) > request.offset + request.limit}
+        return _page(hits, request)
+
+    def _query_answering(
+        self, sources: list[Source], request: Request, today: date, early: EarlyAck | None
+    ) -> list[dict[str, Any]] | None:
+        """`_query`, and with `early` the answer sent from here (memd.early_ack): the query thread that has the
+        hits encodes and sends them itself, so the loop's wake-up and turn are not between the index and the
+        client (~0.17 ms of a 100,000-entry search's ~3.7 ms, docs/benchmarks.md figure 9). The loop still makes
+        the result, and sends it only when this could not (an answer owed ahead of it, a full socket buffer)."""
+        hits = self._query(sources, request, today)
+        if hits is not None and early is not None:
+            early.prepare(_page(hits, request), {})
+            early.send()
+        return hits
 
     async def rank_cold(self, ws: Workspace, topic: str) -> list[tuple[str, str]] | None:
         """The cold learnings (category, text) matching any word of `topic`, best first, as many as the cold budget

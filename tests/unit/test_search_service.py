@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,9 +20,11 @@ from typing import Any
 import pytest
 from clocks import START, FixedClock
 
+from memd import protocol
 from memd.batch import Draft
 from memd.changes import Fanout
 from memd.config import SearchConfig, WorkspaceConfig
+from memd.early_ack import ReplyTo
 from memd.errors import AccessDenied, InvalidParams, Unavailable
 from memd.handlers import dispatch
 from memd.handlers.access import Call, Peer
@@ -173,6 +176,41 @@ def test_without_a_workspace_only_readable_workspaces_are_searched_and_each_hit_
         await services.search.close()
 
     asyncio.run(go())
+
+
+@dataclass
+class RecordingOutlet:
+    """A connection that takes early answers (memd.early_ack.Outlet) and records who sent what, from which thread."""
+
+    accepts: bool
+    sent: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def encode_answer(self, request_id: Any, result: Any) -> bytes:
+        return protocol.encode_result(request_id, result)
+
+    def send_early(self, slot: Any, payload: bytes) -> bool:
+        self.sent.append((threading.current_thread().name, payload))
+        return self.accepts
+
+
+@pytest.mark.parametrize("accepts", [True, False])
+def test_the_query_thread_sends_a_searchs_answer_itself_and_the_loop_makes_the_same_one(
+    tmp_path: Path, make_workspace: Callable[..., Workspace], accepts: bool
+) -> None:
+    # The loop sends the answer only when the query thread could not (memd.outbox decides): either way the client
+    # gets the same bytes, the page the loop's result holds, checked for access once the hits are there.
+    async def body(ws: Workspace, services: Services) -> None:
+        for i in range(3):
+            await ws.write(log(f"Rotated key {i}", f"signing key {i} rotated"))
+        outlet = RecordingOutlet(accepts)
+        to = Call(services, Peer(pid=1, uid=MEMD_UID, gid=MEMD_UID), reply_to=ReplyTo(outlet, "slot", 7))  # type: ignore[arg-type]
+        result = await dispatch(to, "memory.search", {"workspace": "alpha", "query": "rotated", "limit": 2})
+        assert len(result["hits"]) == 2 and result["more"] and result["workspaces"] == ["alpha"]
+        ((thread, payload),) = outlet.sent
+        assert thread.startswith("memd-search-q")
+        assert payload == protocol.encode_result(7, result)
+
+    with_search(tmp_path, make_workspace, body)
 
 
 @pytest.mark.parametrize(
