@@ -9,7 +9,7 @@ target is met, pinned parts untouched), (4) apply through the writer, replacing 
 by key and keeping everything written meanwhile, log it to warm, record it in hot, commit the post-state.
 A failure changes nothing, shows in status and backs the workspace off exponentially; a daily token cap stops
 runaway spend. What to compress and the checks on a summary are memd/checkpoint_plan.py; finding, showing and
-undoing a checkpoint afterwards, memd/checkpoint_history.py; the daily token ledger, memd/llm_spend.py; one
+undoing a checkpoint afterwards, memd/checkpoint_history.py; the daily token ledger and cap, memd/llm_spend.py; one
 checkpoint as decided, memd/checkpoint_compact.py. Imports memd.checkpoint_plan, memd.checkpoint_compact,
 memd.checkpoint_history, memd.checkpoint_flush, memd.llm_spend, memd.snapshots, memd.workspace, memd.summarizer,
 memd.batch, the hot format, memd.config and memd.errors.
@@ -41,7 +41,7 @@ from memd.checkpoint_plan import (
 )
 from memd.config import CheckpointConfig
 from memd.errors import Busy, CheckpointFailed, MemdError
-from memd.llm_spend import Spend, SpendLedger
+from memd.llm_spend import Spend, SpendLedger, day_of
 from memd.snapshots import Snapshotter
 from memd.summarizer import Summarizer, SummaryRequest, SummaryResult
 from memd.tiers.hot_format import HotDoc
@@ -179,7 +179,7 @@ class Checkpointer:
         if pre_commit:
             planned_doc = await history.doc_at(self.snapshots, ws, pre_commit)
         plan = self.plan(ws, planned_doc)
-        self._check_daily_cap(ws, plan)
+        self.spend.check_daily_cap(self.summarizer.name, ws, plan)
         summary = await self._summarize(ws, health, plan)
         checkpoint = Checkpoint(
             id=f"ckpt-{ws.clock.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}",
@@ -239,12 +239,12 @@ class Checkpointer:
         try:
             result = await asyncio.wait_for(self.summarizer.summarize(request), self.deadline_seconds)
         except TimeoutError:
-            self._count_spend(ws, None, request)
+            self.spend.count_spend(self.summarizer.name, ws, None, request)
             raise CheckpointFailed(f"summarizer missed the {self.deadline_seconds:.0f}s deadline") from None
         except BaseException:
-            self._count_spend(ws, None, request)
+            self.spend.count_spend(self.summarizer.name, ws, None, request)
             raise
-        self._count_spend(ws, result, request)
+        self.spend.count_spend(self.summarizer.name, ws, result, request)
         return result
 
     @staticmethod
@@ -373,36 +373,11 @@ class Checkpointer:
 
     # --- the daily LLM cap (memd.llm_spend), one per workspace, shared with promotion (memd.promote_llm) --------
 
-    def _check_daily_cap(self, ws: Workspace, plan: Plan) -> None:
-        if self.summarizer.name == "extractive":
-            return
-        # The prompt's framing (instructions, labels, task) costs about as much again as a tenth of the entries.
-        entries = sum(ws.counter.count(e.text) for e in plan.entries)
-        estimate = entries + entries // 10 + 400 + plan.allotment
-        day = self._day(ws)
-        if self.spend.would_exceed(ws.name, day, estimate):
-            raise CheckpointFailed(
-                f"daily LLM token cap reached for {ws.name!r} ({self.spend.today(ws.name, day).tokens_today} used, "
-                f"~{estimate} needed, llm.max_tokens_per_day = {self.spend.max_tokens_per_day})"
-            )
-
     def llm_tokens_left(self, ws: Workspace) -> int:
-        return self.spend.left(ws.name, self._day(ws))
+        return self.spend.left(ws.name, day_of(ws))
 
     def charge_llm(self, ws: Workspace, tokens: int, redactions: dict[str, int]) -> None:
-        self.spend.charge(ws.name, self._day(ws), tokens, redactions)
-
-    @staticmethod
-    def _day(ws: Workspace) -> str:
-        return ws.clock.now().date().isoformat()
-
-    def _count_spend(self, ws: Workspace, result: SummaryResult | None, request: SummaryRequest) -> None:
-        """What a summary cost against the daily cap: the endpoint's `usage` when it reports one, else memd's own
-        estimate of every attempt (failed and timed-out ones included), which the summarizer metered."""
-        if self.summarizer.name == "extractive" and (result is None or result.backend == "extractive"):
-            return
-        spent = request.meter.tokens or (result.tokens_in + result.tokens_out if result else 0)
-        self.spend.charge(ws.name, self._day(ws), spent, result.redactions if result is not None else {})
+        self.spend.charge(ws.name, day_of(ws), tokens, redactions)
 
     # --- undo and inspection (memd.checkpoint_history) ------------------------------------------------------
 
