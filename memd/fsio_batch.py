@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd import fsio
+from memd import fsio, fsio_append
 
 
 class OutsideChange(Exception):
@@ -55,7 +55,7 @@ class FileWrite:
     expected: bytes | None = None
     expected_size: int | None = None
     expected_fingerprint: fsio.Fingerprint | None = None
-    mark: bytes | None = None  # the file's fsio.RUN_XATTR after the write (None: none)
+    mark: bytes | None = None  # the file's fsio_append.RUN_XATTR after the write (None: none)
 
 
 @dataclass(slots=True)
@@ -98,8 +98,10 @@ def apply_writes(writes: Iterable[FileWrite]) -> list[fsio.Fingerprint]:
                     if w.expected_fingerprint is None:
                         raise OutsideChange(w.path)
                     try:
-                        appended[i], size_before = fsio.guarded_append(w.path, w.data, w.expected_fingerprint, w.mark)
-                    except fsio.NotAsExpected:
+                        appended[i], size_before = fsio_append.guarded_append(
+                            w.path, w.data, w.expected_fingerprint, w.mark
+                        )
+                    except fsio_append.NotAsExpected:
                         raise OutsideChange(w.path) from None
                     made.append((w, size_before, appended[i]))
                 else:
@@ -109,7 +111,7 @@ def apply_writes(writes: Iterable[FileWrite]) -> list[fsio.Fingerprint]:
     except BaseException:
         for w, size_before, after in reversed(made):
             with contextlib.suppress(OSError):
-                fsio.undo_append(w.path, size_before, after)
+                fsio_append.undo_append(w.path, size_before, after)
         for st in reversed(published):
             with contextlib.suppress(OSError):
                 _unpublish(st)
@@ -127,7 +129,7 @@ def _stage(w: FileWrite) -> _Staged:
     try:
         try:
             if w.mark is not None:
-                fsio.set_run_mark(fd, w.mark)
+                fsio_append.set_run_mark(fd, w.mark)
             fsio._write_all(fd, w.data)
             os.fsync(fd)
             st = os.fstat(fd)

@@ -177,7 +177,7 @@ class Workspace:
         """Fold what a burst of learnings appended (a stopped daemon leaves MEMORY.md as inserting would have), stop
         taking writes and wait until every queued one is durable or failed. The writer is closed even when the
         fold fails or close() is cancelled; a learning that comes while the fold is written starts a run of its
-        own, which the file's mark (fsio.RUN_XATTR) has the next start fold."""
+        own, which the file's mark (fsio_append.RUN_XATTR) has the next start fold."""
         try:
             await self.folder.close()
         finally:

@@ -1,12 +1,12 @@
 """Scenario 2, power-loss approximation: replay every prefix of memd's durable-operation log under a pessimistic
 model of what survives a power cut, and check that what survives is valid and holds every acknowledged write.
 
-Recording (in-process, no daemon): memd's own Workspace writer (group commit, memd.fsio and memd.fsio_batch underneath)
-performs a seeded sequence of batches of warm.log / hot.note / cold.learn / decision.record edits, with a clock that
-moves 3 hours per batch so that new day files get created. `os` in memd.fsio and memd.fsio_batch is replaced by a
-recorder that performs each call and logs its effect: create, write(offset, bytes), ftruncate, fsync(file),
-fsync(directory), rename, unlink, mkdir. When a write call returns, an "ack" marker is logged (that is when the daemon
-would answer).
+Recording (in-process, no daemon): memd's own Workspace writer (group commit, memd.fsio, memd.fsio_append and
+memd.fsio_batch underneath) performs a seeded sequence of batches of warm.log / hot.note / cold.learn /
+decision.record edits, with a clock that moves 3 hours per batch so that new day files get created. `os` in
+memd.fsio, memd.fsio_append and memd.fsio_batch is replaced by a recorder that performs each call and logs its
+effect: create, write(offset, bytes), ftruncate, fsync(file), fsync(directory), rename, unlink, mkdir. When a write
+call returns, an "ack" marker is logged (that is when the daemon would answer).
 
 The model. A file's bytes are durable as of its last fsync; a directory's entries (names -> files, including a
 rename's result and a new file's name) are durable as of that directory's last fsync. For every prefix of the log
@@ -269,7 +269,7 @@ def _edit(kind: str, label: str) -> Callable[[Any], Any]:
 
 
 def record(root: Path, batches: list[list[str]], counter: Any) -> Recorder:
-    from memd import fsio, fsio_batch
+    from memd import fsio, fsio_append, fsio_batch
     from memd.config import WorkspaceConfig
     from memd.workspace import Workspace
 
@@ -291,6 +291,7 @@ def record(root: Path, batches: list[list[str]], counter: Any) -> Recorder:
     real_exchange, real_noreplace = renames.exchange, renames.noreplace
     fsio.os = recorder  # type: ignore[assignment]
     fsio_batch.os = recorder  # type: ignore[assignment]
+    fsio_append.os = recorder  # type: ignore[assignment]
     renames.exchange = lambda a, b: recorder.rename_logged(real_exchange, "exchange", a, b)  # type: ignore[method-assign]
     renames.noreplace = lambda a, b: recorder.rename_logged(real_noreplace, "rename", a, b)  # type: ignore[method-assign]
     try:
@@ -298,6 +299,7 @@ def record(root: Path, batches: list[list[str]], counter: Any) -> Recorder:
     finally:
         fsio.os = original
         fsio_batch.os = original
+        fsio_append.os = original
         del renames.exchange, renames.noreplace
     return recorder
 

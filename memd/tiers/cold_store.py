@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd import fsio, fsio_batch
+from memd import fsio, fsio_append, fsio_batch
 from memd.errors import CorruptFile
 from memd.tiers import COLD_MAX_BYTES, cold_format, read_tier_file
 from memd.tiers.cold_format import Learning
@@ -106,7 +106,7 @@ class ColdStore:
             run = self.text[held:]
             if text.endswith(run) and len(text) > len(run):
                 return len(text) - len(run)
-        mark = fsio.run_mark(self.path)
+        mark = fsio_append.run_mark(self.path)
         if mark is None:
             return None
         length, _, digest = mark.partition(b":")
@@ -267,10 +267,11 @@ class ColdStore:
 
 
 def mark_for(text: str, run_start: int | None) -> bytes | None:
-    """The fsio.RUN_XATTR of a MEMORY.md that is `text`, ending with a run of blocks memd appended from `run_start`:
-    the run's length in characters, counted from the end (an edit above it does not move it), and a digest of it,
-    so that only a file ending with exactly that run is taken for one (a person's section of the same shape, a
-    mark left by an append that was cut off again, are not). ~0.1 ms for the longest run (APPENDED_MAX blocks)."""
+    """The fsio_append.RUN_XATTR of a MEMORY.md that is `text`, ending with a run of blocks memd appended from
+    `run_start`: the run's length in characters, counted from the end (an edit above it does not move it), and a
+    digest of it, so that only a file ending with exactly that run is taken for one (a person's section of the same
+    shape, a mark left by an append that was cut off again, are not). ~0.1 ms for the longest run (APPENDED_MAX
+    blocks)."""
     if run_start is None or run_start >= len(text):
         return None
     run = text[run_start:]

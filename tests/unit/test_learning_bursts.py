@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hooked_io import HookedIO
 
-from memd import cold_fold, fsio, fsio_batch
+from memd import cold_fold, fsio, fsio_append, fsio_batch
 from memd.batch import Draft
 from memd.errors import ShuttingDown
 from memd.tiers import cold_format, cold_store
@@ -118,7 +118,9 @@ def test_a_burst_is_folded_back_once_it_is_over_into_the_file_inserting_one_by_o
         for category, text in BURST:
             await ws.write(learn(category, text))
         assert ws.cold.run_start is not None
-        assert fsio.run_mark(memory_md(ws)) == cold_store.mark_for(ws.cold.text, ws.cold.run_start)  # for a restart
+        assert fsio_append.run_mark(memory_md(ws)) == cold_store.mark_for(
+            ws.cold.text, ws.cold.run_start
+        )  # for a restart
         await settled(ws)
 
     asyncio.run(burst_then_pause())
@@ -162,7 +164,7 @@ def test_a_run_a_killed_daemon_left_is_found_at_start_joined_and_folded(
     memory.write_text(leftover, encoding="utf-8")
     mark = cold_store.mark_for(leftover, len(small))  # what its append left with the blocks
     assert mark is not None
-    os.setxattr(memory, fsio.RUN_XATTR, mark)
+    os.setxattr(memory, fsio_append.RUN_XATTR, mark)
     ws = open_alpha(person_io)
     assert ws.cold.run_start == len(small)
 
@@ -228,7 +230,7 @@ def test_learnings_appended_while_a_fold_is_made_follow_it_and_every_count_stays
     assert ws.cold.learnings == cold_format.parse_memory(text)
     assert ws.cold.run_start == len(inserted_one_by_one(BIG, BURST[:3]))  # the next fold takes the rest
     # The fold's new file is marked with the run after it: a daemon stopped or killed now still folds it later.
-    assert fsio.run_mark(memory_md(ws)) == cold_store.mark_for(text, ws.cold.run_start)
+    assert fsio_append.run_mark(memory_md(ws)) == cold_store.mark_for(text, ws.cold.run_start)
 
 
 def test_a_fold_made_before_a_persons_save_is_not_written_and_their_save_is_kept(ws: Workspace) -> None:
@@ -338,11 +340,11 @@ def test_an_append_is_not_cut_off_once_someone_else_wrote_after_it(tmp_path: Pat
     with memory.open("ab") as f:
         f.write(b"- [2024-01-01] someone else's\n")
 
-    assert not fsio.undo_append(memory, 5, after)
+    assert not fsio_append.undo_append(memory, 5, after)
     assert memory.read_bytes() == b"## A\n- [2024-01-01] memd's\n- [2024-01-01] someone else's\n"
     before = memory.read_bytes()
     fresh = fsio.durable_append(memory, b"- [2024-01-01] another\n")
-    assert fsio.undo_append(memory, len(before), fresh)  # alone after it: cut
+    assert fsio_append.undo_append(memory, len(before), fresh)  # alone after it: cut
     assert memory.read_bytes() == before
 
 
@@ -457,10 +459,10 @@ def test_a_save_between_the_check_and_the_append_gets_none_of_memds_bytes(
         os.replace(tmp, memory)
         check_dir(directory)
 
-    monkeypatch.setattr(fsio, "_refuse_symlinked_dir", save_first)
+    monkeypatch.setattr(fsio_append, "_refuse_symlinked_dir", save_first)
 
-    with pytest.raises(fsio.NotAsExpected):
-        fsio.guarded_append(memory, b"- [2024-01-01] x\n", planned)
+    with pytest.raises(fsio_append.NotAsExpected):
+        fsio_append.guarded_append(memory, b"- [2024-01-01] x\n", planned)
 
     assert memory.read_bytes() == b"## A\n## B by a person\n"
 
@@ -485,16 +487,16 @@ def test_a_writer_that_got_in_during_the_append_keeps_its_bytes_and_memds_come_o
     memory.write_bytes(b"## A\n")
     planned = fsio.fingerprint(memory)
     assert planned is not None
-    monkeypatch.setattr(fsio, "_write_all", with_theirs(first=True))
-    with pytest.raises(fsio.NotAsExpected):  # theirs, then memd's: memd's cut off, the batch plans again
-        fsio.guarded_append(memory, b"- memd's\n", planned)
+    monkeypatch.setattr(fsio_append, "_write_all", with_theirs(first=True))
+    with pytest.raises(fsio_append.NotAsExpected):  # theirs, then memd's: memd's cut off, the batch plans again
+        fsio_append.guarded_append(memory, b"- memd's\n", planned)
     assert memory.read_bytes() == b"## A\n- theirs\n"
 
     memory.write_bytes(b"## A\n")
     planned = fsio.fingerprint(memory)
     assert planned is not None
-    monkeypatch.setattr(fsio, "_write_all", with_theirs(first=False))
-    after, size_before = fsio.guarded_append(memory, b"- memd's\n", planned)  # memd's, then theirs: both stay
+    monkeypatch.setattr(fsio_append, "_write_all", with_theirs(first=False))
+    after, size_before = fsio_append.guarded_append(memory, b"- memd's\n", planned)  # memd's, then theirs: both stay
     assert memory.read_bytes() == b"## A\n- memd's\n- theirs\n"
     assert size_before == 5
     assert after != fsio.fingerprint(memory)  # so the store reads the file again before it plans on it
@@ -538,11 +540,11 @@ def test_a_mark_is_a_run_only_where_the_file_ends_with_exactly_that_run(
     for case, (text, mark) in cases.items():
         assert mark is not None
         memory.write_text(text, encoding="utf-8")
-        os.setxattr(memory, fsio.RUN_XATTR, mark)
+        os.setxattr(memory, fsio_append.RUN_XATTR, mark)
         assert open_alpha(person_io).cold.run_start is None, case
 
     memory.write_text(base + run, encoding="utf-8")
-    os.setxattr(memory, fsio.RUN_XATTR, cold_store.mark_for(base + run, len(base)) or b"")
+    os.setxattr(memory, fsio_append.RUN_XATTR, cold_store.mark_for(base + run, len(base)) or b"")
     assert open_alpha(person_io).cold.run_start == len(base)  # the same file as memd left it: its run
 
 
@@ -630,10 +632,10 @@ def test_a_save_by_rename_during_the_append_gets_the_batch_planned_again(
         (tmp_path / "MEMORY.md").write_bytes(b"## A\n## B by a person\n")
         write_all(fd, data)
 
-    monkeypatch.setattr(fsio, "_write_all", save_then_write)
+    monkeypatch.setattr(fsio_append, "_write_all", save_then_write)
 
-    with pytest.raises(fsio.NotAsExpected):
-        fsio.guarded_append(memory, b"- memd's\n", planned)
+    with pytest.raises(fsio_append.NotAsExpected):
+        fsio_append.guarded_append(memory, b"- memd's\n", planned)
 
     assert memory.read_bytes() == b"## A\n## B by a person\n"
     assert (tmp_path / "MEMORY.md~").read_bytes() == b"## A\n"
@@ -654,13 +656,13 @@ def test_a_rewrite_in_place_during_the_append_gets_the_batch_planned_again(
             write_all(fd, data)
             memory.write_bytes(theirs)  # truncated and written in place, memd's bytes with it
 
-        monkeypatch.setattr(fsio, "_write_all", write_then_rewrite)
+        monkeypatch.setattr(fsio_append, "_write_all", write_then_rewrite)
         before = memory.read_bytes()
         planned = fsio.fingerprint(memory)
         assert planned is not None
 
-        with pytest.raises(fsio.NotAsExpected):
-            fsio.guarded_append(memory, b"- memd's\n", planned)
+        with pytest.raises(fsio_append.NotAsExpected):
+            fsio_append.guarded_append(memory, b"- memd's\n", planned)
 
         assert memory.read_bytes() == theirs, before
 
@@ -694,9 +696,9 @@ def test_memds_bytes_kept_by_others_around_them_stand_and_are_not_written_twice(
         memory.write_bytes(b"## A\n")
         planned = fsio.fingerprint(memory)
         assert planned is not None
-        monkeypatch.setattr(fsio, "_write_all", hook)
+        monkeypatch.setattr(fsio_append, "_write_all", hook)
 
-        after, size_before = fsio.guarded_append(memory, data, planned)
+        after, size_before = fsio_append.guarded_append(memory, data, planned)
 
         assert memory.read_bytes() == expected, hook.__name__
         assert size_before == 5
