@@ -8,9 +8,11 @@ the client. The loop publishes the batch afterwards, and before it reads the wor
 (`memd.writer.Completions`), so an acknowledged write is still visible to the next request.
 
 The worker sends only when nothing on that connection must come first: the answer is the oldest one owed on the
-connection and nothing is buffered in its transport. Anything else (an earlier answer still owed, a full socket
-buffer, a batch that failed or met an outside change, usage that the batch cannot predict) leaves the answer to
-the loop, exactly as before. Imports nothing from memd.
+connection (answers before it that a worker sent whole do not count) and nothing is buffered in its transport.
+Anything else (an earlier answer still owed, a full socket buffer, a batch that failed or met an outside change,
+usage that the batch cannot predict) leaves the answer to the loop, exactly as before. A search's query thread
+answers the same way once it has the hits (memd.search.service): there the answer is prepared and sent by the
+thread. Imports nothing from memd.
 """
 
 from __future__ import annotations

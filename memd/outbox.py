@@ -1,13 +1,14 @@
 """One connection's answers, in request order, and the two ways they leave it: the loop writes finished answers
-to the transport (`flush`), and the worker thread that made a write durable may send that write's answer itself
-(`send_early`, memd.early_ack).
+to the transport (`flush`), and the worker thread that has an answer (the one that made a write durable, a
+search's query thread) may send it itself (`send_early`, memd.early_ack).
 
-The two never interleave. They take turns on the outbox's send lock. A worker sends only the oldest answer owed,
-only while the loop has not taken that answer up (`claim`) and nothing the loop wrote is still unsent, and it
-writes to a duplicate of the socket, made on its first send and closed when the connection is lost (so a closed
-connection's number is never written to). The worker calls no transport method: whether the loop left bytes
-unsent is a flag the loop keeps (asyncio changes its write buffer in two steps, and a worker reading it between
-them could send into the middle of an answer). A partial early send is finished by the loop.
+The two never interleave. They take turns on the outbox's send lock. A worker sends only the oldest answer owed
+(answers before it that a worker sent whole do not count), only while the loop has not taken that answer up
+(`claim`) and nothing the loop wrote is still unsent, and it writes to a duplicate of the socket, made on its first
+send and closed when the connection is lost (so a closed connection's number is never written to). The worker calls
+no transport method: whether the loop left bytes unsent is a flag the loop keeps (asyncio changes its write buffer
+in two steps, and a worker reading it between them could send into the middle of an answer). A partial early send is
+finished by the loop.
 Imports nothing from memd.
 """
 
@@ -81,10 +82,10 @@ class Outbox:
             reply.claimed = True
 
     def send_early(self, slot: Reply, payload: bytes, closing: bool) -> bool:
-        """From the worker thread that made a write durable: send `payload` as `slot`'s answer if it is the oldest
-        answer owed and nothing is buffered ahead of it. Never blocks: a full socket buffer (EAGAIN) or a gone
-        peer leaves the answer to the loop. `closing`: the connection is being closed (the loop answers, if
-        anyone does)."""
+        """From a worker (the one that made a write durable, a search's query thread): send `payload` as `slot`'s
+        answer if it is the oldest answer owed (those before it sent whole by a worker) and nothing is buffered ahead
+        of it. Never blocks: a full socket buffer (EAGAIN) or a gone peer leaves the answer to the loop.
+        `closing`: the connection is being closed (the loop answers, if anyone does)."""
         with self._send_lock:
             if (
                 self._lost
@@ -92,8 +93,7 @@ class Outbox:
                 or self._fd < 0
                 or self._unsent
                 or slot.claimed  # the loop has taken the answer up: it sends it
-                or not self.replies
-                or self.replies[0] is not slot
+                or self._first_owed() is not slot
             ):
                 return False
             try:
@@ -121,6 +121,16 @@ class Outbox:
             if out and transport is not None and not transport.is_closing():
                 transport.write(b"".join(out))
                 self._unsent = bool(transport.get_write_buffer_size())
+
+    def _first_owed(self) -> Reply | None:
+        """Under the send lock: the oldest answer whose bytes have not all left. Answers a worker sent whole stay in
+        the queue until the loop catches up with them, but nothing of theirs is left to send: an answer behind them
+        may go too (a client that sends its next request as soon as it has the last answer would otherwise find it
+        behind one the loop has not caught up with yet, and be answered by the loop)."""
+        for reply in self.replies:
+            if reply.early is None or reply.early_sent < len(reply.early):
+                return reply
+        return None
 
     def check_unsent(self, transport: Transport | None) -> None:
         """On the loop: is what it wrote all in the kernel now? Until then no worker sends on this connection."""

@@ -361,7 +361,7 @@ class Connection(asyncio.Protocol):
 
     def _finish_early(self, reply: Reply, request: protocol.Request, exc: BaseException | None) -> None:
         if exc is not None and not isinstance(exc, asyncio.CancelledError):  # after a durable, answered write
-            log.error("%s failed after its write was durable and answered", request.method, exc_info=exc)
+            log.error("%s failed after a worker had sent its answer", request.method, exc_info=exc)
         reply.set(reply.early)
         if self.server.observe is not None:
             self.server.observe(request.method, None, reply.answered - reply.started)
@@ -373,7 +373,8 @@ class Connection(asyncio.Protocol):
         return protocol.encode_result(request_id, result)
 
     def send_early(self, slot: Any, payload: bytes) -> bool:
-        """From the worker thread that made a write durable (memd.early_ack.Outlet): see Outbox.send_early."""
+        """From the worker that has the answer (a durable write's, a search's query thread; memd.early_ack.Outlet):
+        see Outbox.send_early."""
         return self.outbox.send_early(slot, payload, self.closing)
 
     def _flush(self) -> None:

@@ -425,8 +425,11 @@ class SearchService:
         the result, and sends it only when this could not (an answer owed ahead of it, a full socket buffer)."""
         hits = self._query(sources, request, today)
         if hits is not None and early is not None:
-            early.prepare(_page(hits, request), {})
-            early.send()
+            try:
+                early.prepare(_page(hits, request), {})
+                early.send()
+            except Exception:  # an answer that cannot be encoded here is encoded (and its error reported) by the loop
+                log.exception("search: sending an answer from the query thread failed")
         return hits
 
     async def rank_cold(self, ws: Workspace, topic: str) -> list[tuple[str, str]] | None:

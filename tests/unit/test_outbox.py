@@ -125,6 +125,39 @@ def test_the_worker_never_sends_ahead_of_an_answer_still_owed(
     assert nothing_waiting(client)
 
 
+def test_the_worker_sends_behind_answers_it_sent_whole_that_the_loop_has_not_caught_up_with(
+    pair: tuple[socket.socket, socket.socket], box: Outbox
+) -> None:
+    # A client that sends its next request as soon as it has the last answer: the loop has not yet taken up the
+    # answer a worker sent, but nothing of it is left to send, so the next one need not wait for the loop.
+    ours, client = pair
+    transport = Transport(ours)
+    first, second, third = box.add(), box.add(), box.add()
+    assert box.send_early(first, b"first\n", closing=False)
+    assert box.send_early(second, b"second\n", closing=False)
+    assert received(client, 13) == b"first\nsecond\n"
+    for reply in (first, second):  # the loop catches up: nothing of either goes out again
+        box.claim(reply)
+        reply.set(b"the loop's own answer\n")
+    box.flush(transport)
+    third.set(b"third\n")
+    box.flush(transport)
+    assert received(client, 6) == b"third\n" and box.owed == 0
+
+
+def test_the_worker_never_sends_behind_an_answer_it_sent_in_part(
+    pair: tuple[socket.socket, socket.socket], box: Outbox
+) -> None:
+    ours, client = pair
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    big = b"x" * (1 << 20) + b"\n"
+    first, second = box.add(), box.add()
+    assert box.send_early(first, big, closing=False) and first.early_sent < len(big)
+    half = first.early_sent // 2
+    assert received(client, half) == b"x" * half  # room in the socket again
+    assert not box.send_early(second, b"second\n", closing=False)  # it would land inside the first's bytes
+
+
 def test_an_answer_the_loop_has_taken_up_is_never_sent_by_the_worker(
     pair: tuple[socket.socket, socket.socket], box: Outbox
 ) -> None:
