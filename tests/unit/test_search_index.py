@@ -95,6 +95,14 @@ def search(store: Store, text: str, f: Filters | None = None, limit: int = 20) -
     return store.searcher.search(q.parse(text), f or filters(), limit)
 
 
+def equals_a_full_build(store: Store, ws: Source, tmp_path: Path) -> Store:
+    """What the increments left in `store` equals a build from scratch of the same files; the fresh build."""
+    fresh = Store(tmp_path / "fresh.sqlite3")
+    indexer.sync(fresh, ws, ALL_TIERS)
+    assert store.rows(ws.name) == fresh.rows(ws.name)
+    return fresh
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     s = Store(tmp_path / "state" / "search.sqlite3")
@@ -237,9 +245,7 @@ def test_appends_are_indexed_from_the_last_entry_and_equal_a_full_build(store: S
     indexer.sync(store, ws, frozenset({"warm"}))
     assert path.stat().st_ino == inode
 
-    fresh = Store(tmp_path / "fresh.sqlite3")
-    indexer.sync(fresh, ws, ALL_TIERS)
-    assert store.rows("alpha") == fresh.rows("alpha")
+    fresh = equals_a_full_build(store, ws, tmp_path)
     assert len(store.rows("alpha")) == 7
     assert search(store, '"second half"')[0]["lines"][0] == fresh.rows("alpha")[-1][5]
 
@@ -265,9 +271,7 @@ def test_a_burst_of_learnings_appended_is_indexed_alone_and_equals_a_full_build(
     indexer.sync(store, ws, frozenset({"cold"}))
     assert memory.stat().st_ino == inode
 
-    fresh = Store(tmp_path / "fresh.sqlite3")
-    indexer.sync(fresh, ws, ALL_TIERS)
-    assert store.rows("alpha") == fresh.rows("alpha")
+    equals_a_full_build(store, ws, tmp_path)
     assert len(store.rows("alpha")) == 6
 
 
@@ -346,9 +350,7 @@ def test_a_day_cut_short_in_place_and_appended_to_is_read_again_whole(store: Sto
     write_day(ws.root, TODAY, entry("10:00:00", "rollback"), mode="a")
     indexer.sync(store, ws, frozenset({"warm"}))
 
-    fresh = Store(tmp_path / "fresh.sqlite3")
-    indexer.sync(fresh, ws, ALL_TIERS)
-    assert store.rows("alpha") == fresh.rows("alpha")
+    equals_a_full_build(store, ws, tmp_path)
     assert search(store, "smoke") == []
     assert search(store, "rollback")[0]["heading"] == "rollback"
 
@@ -375,9 +377,7 @@ def test_an_append_to_a_day_of_megabytes_is_indexed_from_its_last_entry_and_equa
     assert len(read) == 1 and read[0] < 1000  # only what follows the last entry, and the file read once
     monkeypatch.undo()
 
-    fresh = Store(tmp_path / "fresh.sqlite3")
-    indexer.sync(fresh, ws, ALL_TIERS)
-    assert store.rows("alpha") == fresh.rows("alpha")
+    fresh = equals_a_full_build(store, ws, tmp_path)
     assert search(store, '"newest step"')[0]["lines"][0] == fresh.rows("alpha")[-1][5]
 
 
