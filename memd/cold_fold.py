@@ -87,11 +87,11 @@ class ColdFolder:
     async def fold(self) -> None:
         """One fold (see the module docstring); armed again while a run is left (appended meanwhile, dropped)."""
         cold = self._cold
-        text, run_start = cold.text, cold.run_start
+        text, run_start, known = cold.text, cold.run_start, cold.parsed_if_any
         if cold.error is not None or run_start is None:
             return
         try:
-            fold = await asyncio.get_running_loop().run_in_executor(self._io, cold.prepare_fold, text, run_start)
+            fold = await asyncio.get_running_loop().run_in_executor(self._io, cold.prepare_fold, text, run_start, known)
             if fold is None:  # not blocks as memd appends them: nothing of memd's to fold
                 log.warning("workspace %s: cold/MEMORY.md's end is not what memd appended; left as it is", self.name)
                 if cold.text is text:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from memd.textfmt import unescape_inline
 from memd.tiers import cold_format
@@ -26,15 +26,58 @@ COUNTED_TOPICS = 64
 Content = tuple[str, str]  # (category, text)
 
 
+class ByContent(Mapping[Content, Learning]):
+    """The first learning of each (category, text), in file order. Kept by text alone: a (category, text) tuple
+    per learning was 64 bytes more of every learning held (a text under two categories holds a tuple of them)."""
+
+    def __init__(self) -> None:
+        self._by_text: dict[str, Learning | tuple[Learning, ...]] = {}
+
+    def __getitem__(self, key: Content) -> Learning:
+        found = self._by_text.get(key[1])
+        if isinstance(found, Learning):
+            if found.category == key[0]:
+                return found
+        elif found is not None:
+            for learning in found:
+                if learning.category == key[0]:
+                    return learning
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[Content]:
+        for text, found in self._by_text.items():
+            for learning in (found,) if isinstance(found, Learning) else found:
+                yield learning.category, text
+
+    def __len__(self) -> int:
+        return sum(1 if isinstance(found, Learning) else len(found) for found in self._by_text.values())
+
+    def add(self, learning: Learning, first: bool) -> None:
+        """Record `learning`; `first`: before every one recorded (else after them): it replaces one alike."""
+        found = self._by_text.get(learning.text)
+        if found is None:
+            self._by_text[learning.text] = learning
+            return
+        alike = (found,) if isinstance(found, Learning) else found
+        others = tuple(lr for lr in alike if lr.category != learning.category)
+        if len(others) == len(alike):  # a new category for this text
+            self._by_text[learning.text] = (*alike, learning)
+        elif first:
+            self._by_text[learning.text] = (learning, *others) if others else learning
+
+
 class Learnings:
     """The learnings of one MEMORY.md text (see the module docstring). Not changed once made, but for its caches,
     which the `Learnings` an insertion makes takes over."""
 
-    def __init__(self, items: list[Learning], sections: list[Section]) -> None:
-        self.items = items  # file order; never changed (a new Learnings gets a new list)
+    def __init__(self, items: list[Learning], sections: list[Section], count: int | None = None) -> None:
+        # File order: the first `count` of `items`. Learnings added at the end share the list with the
+        # Learnings before them (see _appended), which reads only its own first `count`.
+        self._all = items
+        self._count = len(items) if count is None else count
         self._sections = sections
         self._offsets = [s.offset for s in sections]
-        self._by_content: dict[Content, Learning] | None = None
+        self._by_content: ByContent | None = None
         self._by_date: list[Learning] | None = None
         self._counts: OrderedDict[tuple[str, ...], int] = OrderedDict()
         self._copies: Counter[Learning] | None = None
@@ -44,15 +87,29 @@ class Learnings:
         items, _, sections = cold_format.parse_sections(text)
         return cls(items, sections)
 
+    def reuse(self, known: Learnings) -> None:
+        """Hold `known`'s learning objects instead of equal ones of this parse (only on a fresh parse, before
+        anyone else has it). A fold moves every learning a burst appended into its section, and its parse made
+        a second copy of every learning in the file while the first was still held: the allocator kept both
+        generations' memory, and the soak's RSS grew with the file twice over."""
+        same = {learning: learning for learning in known.items}
+        self._all[: self._count] = [same.get(learning, learning) for learning in self.items]
+
     # --- reads -------------------------------------------------------------------------------------------------
 
-    def by_content(self) -> dict[Content, Learning]:
+    @property
+    def items(self) -> list[Learning]:
+        """The learnings in file order (do not change the list: it may be shared)."""
+        items = self._all
+        return items if len(items) == self._count else items[: self._count]
+
+    def by_content(self) -> ByContent:
         """The learnings by (category, text), the first of two alike as the file has them."""
         found = self._by_content
         if found is None:
-            found = {}
+            found = ByContent()
             for learning in reversed(self.items):
-                found[(learning.category, learning.text)] = learning
+                found.add(learning, first=True)
             self._by_content = found
         return found
 
@@ -146,7 +203,14 @@ class Learnings:
         sections = [*self._sections, *(Section(h.offset + shift, h.category, h.first + count) for h in headed)]
         first_heading = headed[0].first if headed else len(found)
         new = [Learning(category, *learning[1:]) if n < first_heading else learning for n, learning in enumerate(found)]
-        after = Learnings([*self.items, *new], sections)
+        # Appended to the list these share with the Learnings before them, unless one made from these extended it
+        # already (a fold's base, a batch planned twice): a MEMORY.md growing by bursts of learnings would
+        # otherwise copy a list of every learning at each one, and those ever-larger blocks fragment the heap.
+        if len(self._all) == self._count:
+            self._all.extend(new)
+            after = Learnings(self._all, sections, self._count + len(new))
+        else:
+            after = Learnings([*self.items, *new], sections)
         self._hand_over(after, new, at_end=True)
         return after
 
@@ -156,9 +220,8 @@ class Learnings:
         by_content, self._by_content = self._by_content, None
         if by_content is not None:
             for learning in added:
-                key = (learning.category, learning.text)
-                if key not in by_content:
-                    by_content[key] = learning
+                if (learning.category, learning.text) not in by_content:
+                    by_content.add(learning, first=False)
                 elif not at_end:  # one alike already there may come first or after: made again when asked
                     by_content = None
                     break

@@ -163,15 +163,24 @@ class ColdStore:
         """Is a learning added to `text` now part of a burst into a big file (see FLOOD_SECONDS)?"""
         return len(text) >= APPEND_FROM_CHARS and time.monotonic() - self.last_write < FLOOD_SECONDS
 
-    def prepare_fold(self, text: str, run_start: int) -> Fold | None:
+    @property
+    def parsed_if_any(self) -> Learnings | None:
+        """The learnings of `text` if a read parsed them already (nothing is parsed here)."""
+        return self._parsed
+
+    def prepare_fold(self, text: str, run_start: int, known: Learnings | None = None) -> Fold | None:
         """In a worker: `text` with the blocks appended from `run_start` on folded back, counted and parsed (a fold
         of a big file costs a full count and parse, which must not hold the loop). None when the run is not
-        blocks as memd appends them (nothing memd would fold: it is not memd's run)."""
+        blocks as memd appends them (nothing memd would fold: it is not memd's run). `known`: the learnings the
+        store holds, whose objects the fold's learnings are (Learnings.reusing)."""
         blocks = cold_format.parse_appended(text[run_start:])
         if blocks is None:
             return None
         folded = cold_format.fold_appended(text[:run_start], blocks)
-        return Fold(text, folded, self._counter.count(folded), Learnings.parse(folded))
+        parsed = Learnings.parse(folded)
+        if known is not None:
+            parsed.reuse(known)
+        return Fold(text, folded, self._counter.count(folded), parsed)
 
     def folded(self, fold: Fold, current: str, run_start: int | None) -> Fold | None:
         """On the loop: `fold` made good for `current`, the text now, whose run begins at `run_start`. Learnings

@@ -178,3 +178,76 @@ def test_learnings_of_one_date_share_one_date_string_parsed_or_inserted() -> Non
 
     assert after is not None
     assert len({id(learning.date) for learning in after.items}) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    unfenced,
+    st.lists(st.tuples(category_names, values), min_size=1, max_size=6),
+    st.lists(st.tuples(category_names, values), min_size=1, max_size=6),
+)
+def test_learnings_appended_after_the_same_learnings_twice_each_read_their_own_document(
+    document: str, first: list[tuple[str, str]], second: list[tuple[str, str]]
+) -> None:
+    """Appends share one list of learnings with the Learnings before them (no copy of every learning per
+    `cold.learn`); a batch planned twice, or a fold's base, appends to the same Learnings again."""
+    if document and not document.endswith("\n"):
+        document += "\n"
+    base = fresh(document)
+
+    def append(parsed: Learnings, text: str, learnings: list[tuple[str, str]]) -> tuple[Learnings, str]:
+        for category, learning in learnings:
+            made = cold_format.append_learning_at(text, category, "2024-04-01", learning)
+            if made is None:
+                break
+            result, at, added = made
+            parsed = parsed.inserted(text, at, added) or fresh(result)
+            text = result
+        return parsed, text
+
+    one, one_text = append(base, document, first)
+    two, two_text = append(base, document, second)
+    more, more_text = append(one, one_text, second)
+
+    assert base.items == fresh(document).items
+    assert one.items == fresh(one_text).items
+    assert two.items == fresh(two_text).items
+    assert more.items == fresh(more_text).items
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(unfenced, documents))
+def test_by_content_names_the_first_learning_of_each_category_and_text_as_a_plain_dict_did(document: str) -> None:
+    parsed = fresh(document)
+    plain: dict[tuple[str, str], Learning] = {}
+    for learning in reversed(parsed.items):
+        plain[(learning.category, learning.text)] = learning
+
+    by_content = parsed.by_content()
+
+    assert dict(by_content) == plain and len(by_content) == len(plain)
+    assert all(by_content[key] is learning for key, learning in plain.items())  # the first in file order
+    assert ("no such category", "x") not in by_content
+
+
+def test_a_text_under_two_categories_is_found_under_each() -> None:
+    document = "## A\n- [2024-01-01] same\n## B\n- [2024-01-02] same\n## A\n- [2024-01-03] same\n"
+    by_content = fresh(document).by_content()
+
+    assert by_content[("A", "same")].date == "2024-01-01" and by_content[("B", "same")].date == "2024-01-02"
+    assert sorted(by_content) == [("A", "same"), ("B", "same")]
+
+
+def test_a_folds_parse_holds_the_learning_objects_the_store_held_not_copies_of_them() -> None:
+    """A fold moves what a burst appended into its sections; the parse of the folded text made a second object of
+    every learning while the store still held the first (the allocator kept both)."""
+    document = "# M\n\n## A\n- [2024-01-01] one\n\n## B\n- [2024-01-02] two\n\n## A\n- [2024-01-03] three\n"
+    folded = "# M\n\n## A\n- [2024-01-01] one\n- [2024-01-03] three\n\n## B\n- [2024-01-02] two\n"
+    known = fresh(document)
+    parsed = fresh(folded)
+
+    parsed.reuse(known)
+
+    assert parsed.items == fresh(folded).items
+    held = {id(learning) for learning in known.items}
+    assert all(id(learning) in held for learning in parsed.items)
