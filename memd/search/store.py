@@ -16,7 +16,6 @@ memd.search.documents and memd.search.searcher.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -57,6 +56,15 @@ PRAGMA user_version = {SCHEMA_VERSION};
 _FTS = ("words", "grams")
 READ_CACHE_KIB = 16 * 1024  # the query connection's page cache, at most (see read_connection)
 _COLUMNS = "workspace, file, tier, kind, date, dayn, time, line_start, line_end, heading, body, ref, archived"
+_INCOMING_COLUMNS = "tier, kind, date, dayn, time, line_start, line_end, heading, body, ref"
+_MATCH_KEY = "body, heading, tier, kind, date, time, ref"  # what makes an indexed row the same document
+# Scratch tables of the writer connection (temp schema: never on disk with the index, gone with the connection).
+_SCRATCH = """
+CREATE TABLE IF NOT EXISTS temp.incoming(seq INTEGER PRIMARY KEY, tier, kind, date, dayn, time, line_start,
+    line_end, heading, body, ref);
+CREATE TABLE IF NOT EXISTS temp.numbered(body, k INTEGER, seq INTEGER, PRIMARY KEY (body, k, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS temp.kept(id INTEGER PRIMARY KEY, seq INTEGER, line_start, line_end);
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,7 @@ class Store:
         return self._with_scratch(conn)
 
     def _with_scratch(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        conn.executescript(_SCRATCH)
         self.searcher = Searcher(conn)
         return conn
 
@@ -215,32 +224,29 @@ class Store:
         middle of the file, and indexing all of it again after each cost the size of the file (FTS5 forgets a row
         only when given its text again, and tokenizes every row it inserts, in two tables)."""
         archived = int(file.startswith("warm/archive/"))
-        rows = [
-            (
-                workspace,
-                file,
-                d.tier,
-                d.kind,
-                d.date,
-                _ordinal(d.date),
-                d.time,
-                d.line_start,
-                d.line_end,
-                d.heading,
-                d.body,
-                d.ref,
-                archived,
-            )
+        rows = (
+            (d.tier, d.kind, d.date, _ordinal(d.date), d.time, d.line_start, d.line_end, d.heading, d.body, d.ref)
             for d in docs
-        ]
+        )
         with self.transaction():
             if from_line is None and not self._bulk:
-                rows = self._unindexed(workspace, file, rows)
+                self._load_incoming(rows)
+                self._keep_indexed(workspace, file)
+                first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
+                added = self.conn.execute(
+                    f"INSERT INTO docs({_COLUMNS}) SELECT ?, ?, {_INCOMING_COLUMNS}, ? FROM temp.incoming "
+                    "WHERE seq NOT IN (SELECT seq FROM temp.kept) ORDER BY seq",
+                    (workspace, file, archived),
+                ).rowcount
+                self._clear_scratch()  # the file's text is not kept a moment longer than the comparison
             else:
                 where = "workspace = ? AND file = ?" + ("" if from_line is None else " AND line_start >= ?")
                 self._delete(where, (workspace, file) if from_line is None else (workspace, file, from_line))
-            first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
-            self.conn.executemany(f"INSERT INTO docs({_COLUMNS}) VALUES ({', '.join('?' * 13)})", rows)
+                first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
+                added = self.conn.executemany(
+                    f"INSERT INTO docs({_COLUMNS}) VALUES (?, ?, {', '.join('?' * 10)}, ?)",
+                    ((workspace, file, *row, archived) for row in rows),
+                ).rowcount
             if not self._bulk:
                 for table in _FTS:
                     self.conn.execute(
@@ -248,35 +254,44 @@ class Store:
                         (first,),
                     )
             self._put_file(workspace, file, state)
-        return len(rows)
+        return int(added)
 
-    def _unindexed(self, workspace: str, file: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """Match `rows` (the file's documents now) with the file's indexed rows by everything but their lines:
-        a match keeps its row (its lines updated where they moved), indexed rows left unmatched are deleted. In
-        a transaction. Returns the rows still to insert."""
-        indexed: dict[tuple[Any, ...], list[tuple[int, int, int]]] = {}
-        for row_id, tier, kind, day, at, first, last, heading, body, ref in self.conn.execute(
-            "SELECT id, tier, kind, date, time, line_start, line_end, heading, body, ref FROM docs "
-            "WHERE workspace = ? AND file = ? ORDER BY line_start, id",
+    def _load_incoming(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """The file's documents now, in order, into the scratch table `temp.incoming`.
+        They are compared with the indexed rows in SQL, not in Python: a fold of a 40,000-learning MEMORY.md
+        made ~45 MB of tuples and dicts at once on the search thread (the soak's RSS kept every such peak)."""
+        self._clear_scratch()
+        self.conn.executemany(f"INSERT INTO temp.incoming({_INCOMING_COLUMNS}) VALUES ({', '.join('?' * 10)})", rows)
+
+    def _clear_scratch(self) -> None:
+        for table in ("incoming", "numbered", "kept"):
+            self.conn.execute(f"DELETE FROM temp.{table}")
+
+    def _keep_indexed(self, workspace: str, file: str) -> None:
+        """Match the incoming documents with the file's indexed rows by everything but their lines, the n-th of
+        several alike with the n-th (in line order): a match keeps its row (its lines updated where they moved)
+        and is recorded in `temp.kept`; indexed rows left unmatched are deleted. In a transaction."""
+        # Which of several alike each document is (k), so that the join below pairs them in order; the join then
+        # looks each indexed row up by (body, k) in the scratch table's index.
+        self.conn.execute(
+            "INSERT INTO temp.numbered(body, k, seq) SELECT body, "
+            f"row_number() OVER (PARTITION BY {_MATCH_KEY} ORDER BY seq), seq FROM temp.incoming"
+        )
+        self.conn.execute(
+            "INSERT INTO temp.kept(id, seq, line_start, line_end) "
+            "SELECT i.id, n.seq, n.line_start, n.line_end FROM "
+            f"(SELECT id, {_MATCH_KEY}, row_number() OVER (PARTITION BY {_MATCH_KEY} ORDER BY line_start, id) AS k "
+            "FROM docs WHERE workspace = ? AND file = ?) AS i "
+            "JOIN temp.numbered AS m ON m.body = i.body AND m.k = i.k JOIN temp.incoming AS n ON n.seq = m.seq "
+            "WHERE n.heading = i.heading AND n.tier = i.tier AND n.kind = i.kind AND n.date IS i.date "
+            "AND n.time IS i.time AND n.ref IS i.ref",
             (workspace, file),
-        ):
-            indexed.setdefault((tier, kind, day, at, heading, body, ref), []).append((row_id, first, last))
-        new: list[tuple[Any, ...]] = []
-        moved: list[tuple[int, int, int]] = []
-        for row in rows:
-            same = indexed.get((row[2], row[3], row[4], row[6], row[9], row[10], row[11]))
-            if not same:
-                new.append(row)
-                continue
-            row_id, first, last = same.pop(0)  # the earliest first: two alike keep their order
-            if (first, last) != (row[7], row[8]):
-                moved.append((row[7], row[8], row_id))
-        gone = [row_id for left in indexed.values() for row_id, _, _ in left]
-        if gone:
-            self._delete("id IN (SELECT value FROM json_each(?))", (json.dumps(gone),))
-        if moved:
-            self.conn.executemany("UPDATE docs SET line_start = ?, line_end = ? WHERE id = ?", moved)
-        return new
+        )
+        self.conn.execute(
+            "UPDATE docs SET line_start = k.line_start, line_end = k.line_end FROM temp.kept AS k "
+            "WHERE docs.id = k.id AND (docs.line_start != k.line_start OR docs.line_end != k.line_end)"
+        )
+        self._delete("workspace = ? AND file = ? AND id NOT IN (SELECT id FROM temp.kept)", (workspace, file))
 
     def _delete(self, where: str, args: tuple[Any, ...]) -> None:
         """Delete docs rows and (outside a bulk load, which rebuilds them) their FTS entries; in a transaction.

@@ -24,7 +24,7 @@ from memd.search import query as q
 from memd.search.documents import DayTail
 from memd.search.indexer import ALL_TIERS, Source
 from memd.search.searcher import Filters
-from memd.search.store import Store
+from memd.search.store import FileState, Store
 from memd.tiers import hot_format, warm_format
 from memd.tiers.warm_format import WarmEntry
 
@@ -325,6 +325,50 @@ def test_a_rewritten_memory_file_indexes_only_what_changed_and_equals_a_full_bui
         "- [2026-03-01] testing learning 5, edited by a person"
     )
     assert not search(store, '"auth learning 7"')
+
+
+_ALIKE = st.tuples(st.sampled_from(["A", "B"]), st.sampled_from(["x", "y", "x y", "z"]), st.sampled_from([None, "r1"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_ALIKE, max_size=14), st.lists(_ALIKE, max_size=14))
+def test_a_file_compared_again_keeps_the_row_of_every_document_still_there_the_nth_alike_with_the_nth(
+    tmp_path_factory: pytest.TempPathFactory,
+    before: list[tuple[str, str, str | None]],
+    after: list[tuple[str, str, str | None]],
+) -> None:
+    """The whole-file comparison (an edit, a fold) pairs documents in SQL: each document of the file now keeps the
+    row of one indexed alike (same everything but its lines), several alike paired in line order, and only the
+    rest is indexed anew; the result is what a build from scratch makes."""
+    store = Store(tmp_path_factory.mktemp("pairs") / "index.sqlite3")
+
+    def docs(items: list[tuple[str, str, str | None]]) -> list[documents.Doc]:
+        return [
+            documents.Doc("cold", "learning", "2026-03-01", None, n, n, h, b, r) for n, (h, b, r) in enumerate(items, 1)
+        ]
+
+    def rows() -> list[tuple[Any, ...]]:
+        return store.conn.execute("SELECT id, heading, body, ref, line_start FROM docs ORDER BY line_start").fetchall()
+
+    state = FileState(1, 1, 1)
+    store.replace_file("w", "cold/MEMORY.md", state, docs(before))
+    old = rows()
+
+    indexed = store.replace_file("w", "cold/MEMORY.md", state, docs(after))
+
+    new = rows()
+    assert [r[1:] for r in new] == [(h, b, r, n) for n, (h, b, r) in enumerate(after, 1)]
+    kept = 0
+    for key in set(after):
+        old_ids = [r[0] for r in old if r[1:4] == key]
+        new_ids = [r[0] for r in new if r[1:4] == key]
+        shared = min(len(old_ids), len(new_ids))
+        assert new_ids[:shared] == old_ids[:shared]  # the n-th alike kept the n-th's row
+        kept += shared
+    assert indexed == len(after) - kept
+    for table in ("words", "grams"):
+        store.conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+    store.close()
 
 
 def test_an_edit_inside_a_day_file_that_also_grows_it_is_read_again_whole(store: Store, tmp_path: Path) -> None:
