@@ -62,7 +62,9 @@ _MATCH_KEY = "body, heading, tier, kind, date, time, ref"  # what makes an index
 _SCRATCH = """
 CREATE TABLE IF NOT EXISTS temp.incoming(seq INTEGER PRIMARY KEY, tier, kind, date, dayn, time, line_start,
     line_end, heading, body, ref);
-CREATE TABLE IF NOT EXISTS temp.numbered(body, k INTEGER, seq INTEGER, PRIMARY KEY (body, k, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS temp.numbered(seq INTEGER PRIMARY KEY, line_start, line_end, body, heading, tier, kind,
+    date, time, ref, k INTEGER);
+CREATE INDEX IF NOT EXISTS temp.numbered_by_key ON numbered(body, heading, k, date, time, ref, tier, kind);
 CREATE TABLE IF NOT EXISTS temp.kept(id INTEGER PRIMARY KEY, seq INTEGER, line_start, line_end);
 """
 
@@ -272,24 +274,28 @@ class Store:
         several alike with the n-th (in line order): a match keeps its row (its lines updated where they moved)
         and is recorded in `temp.kept`; indexed rows left unmatched are deleted. In a transaction."""
         # Which of several alike each document is (k), so that the join below pairs them in order; the join then
-        # looks each indexed row up by (body, k) in the scratch table's index.
+        # looks each indexed row up by its whole key and k in the scratch table's index (by body alone, the many
+        # documents of one body, an empty one say, would each meet all the others: quadratic).
         self.conn.execute(
-            "INSERT INTO temp.numbered(body, k, seq) SELECT body, "
-            f"row_number() OVER (PARTITION BY {_MATCH_KEY} ORDER BY seq), seq FROM temp.incoming"
+            f"INSERT INTO temp.numbered(seq, line_start, line_end, {_MATCH_KEY}, k) "
+            f"SELECT seq, line_start, line_end, {_MATCH_KEY}, "
+            f"row_number() OVER (PARTITION BY {_MATCH_KEY} ORDER BY seq) FROM temp.incoming"
         )
         self.conn.execute(
             "INSERT INTO temp.kept(id, seq, line_start, line_end) "
             "SELECT i.id, n.seq, n.line_start, n.line_end FROM "
             f"(SELECT id, {_MATCH_KEY}, row_number() OVER (PARTITION BY {_MATCH_KEY} ORDER BY line_start, id) AS k "
             "FROM docs WHERE workspace = ? AND file = ?) AS i "
-            "JOIN temp.numbered AS m ON m.body = i.body AND m.k = i.k JOIN temp.incoming AS n ON n.seq = m.seq "
-            "WHERE n.heading = i.heading AND n.tier = i.tier AND n.kind = i.kind AND n.date IS i.date "
-            "AND n.time IS i.time AND n.ref IS i.ref",
+            "JOIN temp.numbered AS n ON n.body = i.body AND n.heading = i.heading AND n.k = i.k "
+            "AND n.date IS i.date AND n.time IS i.time AND n.ref IS i.ref AND n.tier = i.tier AND n.kind = i.kind",
             (workspace, file),
         )
+        # Only the file's rows are looked at (docs_by_file), not every row of the index.
         self.conn.execute(
             "UPDATE docs SET line_start = k.line_start, line_end = k.line_end FROM temp.kept AS k "
-            "WHERE docs.id = k.id AND (docs.line_start != k.line_start OR docs.line_end != k.line_end)"
+            "WHERE docs.workspace = ? AND docs.file = ? AND docs.id = k.id "
+            "AND (docs.line_start != k.line_start OR docs.line_end != k.line_end)",
+            (workspace, file),
         )
         self._delete("workspace = ? AND file = ? AND id NOT IN (SELECT id FROM temp.kept)", (workspace, file))
 

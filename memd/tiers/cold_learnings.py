@@ -135,7 +135,7 @@ class Learnings:
         """len(self.relevant(topic)), counted once per topic and text and kept up to date across insertions."""
         words = tuple(cold_format.topic_words(topic))
         if not words:
-            return len(self.items)
+            return self._count
         count = self._counts.get(words)
         if count is None:
             matches = cold_format.matcher(words)
@@ -199,7 +199,7 @@ class Learnings:
             return None
         found, _, headed = cold_format.parse_sections(added)
         category = self._sections[-1].category if self._sections else ""
-        shift, count = len(document), len(self.items)
+        shift, count = len(document), self._count
         sections = [*self._sections, *(Section(h.offset + shift, h.category, h.first + count) for h in headed)]
         first_heading = headed[0].first if headed else len(found)
         new = [Learning(category, *learning[1:]) if n < first_heading else learning for n, learning in enumerate(found)]

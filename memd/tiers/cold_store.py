@@ -172,7 +172,7 @@ class ColdStore:
         """In a worker: `text` with the blocks appended from `run_start` on folded back, counted and parsed (a fold
         of a big file costs a full count and parse, which must not hold the loop). None when the run is not
         blocks as memd appends them (nothing memd would fold: it is not memd's run). `known`: the learnings the
-        store holds, whose objects the fold's learnings are (Learnings.reusing)."""
+        store holds, whose objects the fold's learnings are (Learnings.reuse)."""
         blocks = cold_format.parse_appended(text[run_start:])
         if blocks is None:
             return None
