@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import posixpath
 import re
 import shutil
 import stat
@@ -31,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from memd import git_locks, git_objects, gitrepo_setup
-from memd.gitrepo_setup import GIT_TIMEOUT, LOCK_FILE, GitError, GitInterrupted, GitMissing
+from memd.gitrepo_setup import GIT_TIMEOUT, LOCK_FILE, GitError, GitInterrupted, GitMissing, RemoteBranchLocked
 from memd.stoppable import ProcessStopped, Stoppable
 
 TRAILERS = (
@@ -312,7 +313,8 @@ class GitRepo:
     # --- push ------------------------------------------------------------------------------------------------
 
     def push(self, remote: str, branch: str, timeout: float) -> str:
-        """Fast-forward push of HEAD. Returns "ok", "diverged" or raises GitError."""
+        """Fast-forward push of HEAD. Returns "ok" or "diverged"; raises RemoteBranchLocked when the remote's branch
+        stays locked past git's own short wait for it (core.filesRefLockTimeout), GitError for any other refusal."""
         self.check_root()
         cmd = [self.git, "-c", "core.hooksPath=/dev/null", "push", "--porcelain", remote, f"HEAD:refs/heads/{branch}"]
         try:
@@ -329,6 +331,16 @@ class GitRepo:
         text = (out.stdout + out.stderr).decode(errors="replace")
         if out.returncode == 0:
             return "ok"
+        locked = _REF_LOCK_HELD.search(text)
+        if locked:
+            lock = posixpath.normpath(locked.group(1))  # git writes it as <repo>/./refs/heads/<branch>.lock
+            raise RemoteBranchLocked(
+                redact_urls(
+                    f"the branch {branch} of {remote} is locked: {lock} exists (on the remote's machine). Another "
+                    "push may be running; if none is, a push was stopped in the middle there (a kill, a power "
+                    "loss) and left it: remove that file, and memd pushes again on its next run"
+                )
+            )
         if any(why in text for why in _MOVED_MEANWHILE):
             return "diverged"
         raise GitError(redact_urls(f"git push to {remote} failed: {text.strip()[-500:]}"))
@@ -348,6 +360,10 @@ _MOVED_MEANWHILE = (
     "incorrect old value provided",
 )
 
+
+# The remote's ref lock file exists: a push is holding the branch right now, or one died holding it. Told apart
+# from a lost compare-and-swap ("cannot lock ref ...: is at X but expected Y"), which is plain divergence.
+_REF_LOCK_HELD = re.compile(r"Unable to create '([^'\n]*\.lock)': File exists")
 
 _C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}  # git's messages, for the callers that read them
 

@@ -75,6 +75,11 @@ class GitInterrupted(GitError):
     """A background git (a gc) ended because memd is stopping: nothing is wrong with the repository."""
 
 
+class RemoteBranchLocked(GitError):
+    """A push found the remote's branch locked: another push holds it now, or one stopped in the middle (killed,
+    or the remote's machine lost power) left its lock file behind, which only a person may remove."""
+
+
 class GitMissing(Unavailable):
     pass
 

@@ -265,5 +265,6 @@ def blob(repo: GitRepo, commit: str, path: str) -> bytes | None:
 
 
 def push(repo: GitRepo, remote: str, branch: str, timeout: float) -> str:
-    """Fast-forward push of HEAD (never forced): "ok", or "diverged" when the remote moved since the fetch."""
+    """Fast-forward push of HEAD (never forced): "ok", or "diverged" when the remote moved since the fetch; raises
+    RemoteBranchLocked when the remote's branch is locked (by a push now, or left locked by one that died)."""
     return repo.push(remote, branch, timeout)

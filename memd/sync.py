@@ -47,7 +47,7 @@ from memd import fsio, fsio_batch, gitsync, snapshot_push
 from memd.config import SnapshotConfig
 from memd.errors import MemdError, Unavailable
 from memd.gitrepo import HOT_FILES, GitRepo, redact_urls
-from memd.gitrepo_setup import GitError
+from memd.gitrepo_setup import GitError, RemoteBranchLocked
 from memd.merge_driver import kind_of, merge
 from memd.snapshots import RepoState, Snapshotter
 from memd.workspace import Workspace
@@ -149,13 +149,15 @@ class Syncer:
                         break
                 else:
                     report.update(
-                        state="behind",
+                        # a lock the remote still holds after every round is most likely one a person must remove
+                        state="error" if report.get("locked") else "behind",
                         error=report.get("retry") or "the remote kept moving; the next sync goes on",
                     )
             except (GitError, MemdError, OSError) as exc:
                 report.update(state="error", error=redact_urls(getattr(exc, "message", None) or str(exc)))
             finally:
                 report.pop("retry", None)
+                report.pop("locked", None)
         previous = state.sync
         report["merges"] = previous.get("merges", 0) + report.pop("merged", 0)
         report["syncs"] = previous.get("syncs", 0) + 1
@@ -165,6 +167,7 @@ class Syncer:
         return report
 
     async def _round(self, ws: Workspace, state: RepoState, url: str, report: dict[str, Any]) -> str:
+        report.pop("locked", None)
         repo = await self.snapshots.repo_locked(ws, state)
         head, _ = await self.snapshots.commit_locked(ws, state, "before sync")
         if not head and state.last_error:
@@ -189,7 +192,11 @@ class Syncer:
         report.update(state="ok", head=new or None, error=None, conflicts=[], resolve=[])
         if not new or new == remote:
             return "done"
-        outcome = await self._over_network(gitsync.push, repo, url, self.config.branch, timeout)
+        try:
+            outcome = await self._over_network(gitsync.push, repo, url, self.config.branch, timeout)
+        except RemoteBranchLocked as exc:  # held by a push at this moment, most often: the next round tries again
+            report.update(state="behind", retry=exc.message, locked=True)
+            return "again"
         if outcome == "diverged":
             return "again"
         state.push_state, state.push_error, state.pushed_head = "ok", "", new

@@ -878,6 +878,35 @@ def test_a_diverged_remote_is_never_force_pushed(pushing: RunningDaemon, tmp_pat
     assert "git pull" in message and "never forces" in message
 
 
+def test_a_branch_lock_left_on_the_remote_stops_no_push_for_good_and_is_named_until_removed(
+    make_daemon: Callable[..., RunningDaemon], short_root: Path
+) -> None:
+    remote = short_root / "remotes" / "plain.git"
+    git(short_root, "init", "--quiet", "--bare", "--initial-branch=main", str(remote))
+    config = base_config(
+        short_root / "d",
+        workspaces={"plain": short_root / "ws" / "plain"},
+        snapshot={**FAST, "remote": str(remote.parent / "{name}.git"), "push_interval_seconds": 0.3},
+    )
+    daemon = make_daemon("d", config)
+    daemon.call("hot.note", workspace="plain", text="pushed once")
+    first = daemon.call("snapshot.run", workspace="plain")["rev"]
+    wait_for(lambda: remote_head(daemon, "plain") == first, "the first snapshot to reach the remote")
+    lock = remote / "refs" / "heads" / "main.lock"
+    lock.write_bytes(b"")  # a push killed on the remote's machine in the middle of its ref update leaves this
+    daemon.call("hot.note", workspace="plain", text="while the remote is locked")
+    second = daemon.call("snapshot.run", workspace="plain")["rev"]
+
+    wait_for(lambda: snap_status(daemon, "plain")["push"]["state"] == "error", "the push to fail on the lock")
+    push = snap_status(daemon, "plain")["push"]
+    assert str(lock) in push["error"] and "remove that file" in push["error"]
+    assert "git pull" not in push["error"]  # nothing to reconcile: this is not a divergence
+
+    lock.unlink()  # the person's fix; the push job goes on by itself, no `memd push` needed
+    wait_for(lambda: remote_head(daemon, "plain") == second, "the push to go through once the lock is gone")
+    assert snap_status(daemon, "plain")["push"]["state"] == "ok"
+
+
 def test_the_divergence_advice_names_a_memd_command_that_exists(pushing: RunningDaemon, tmp_path: Path) -> None:
     _, status = diverge(pushing, "plain", tmp_path)
     commands = re.findall(r"`(memd [^`]+)`", status["push"]["error"])

@@ -381,7 +381,7 @@ def _memd(daemon: RunningDaemon) -> list[str]:
 def test_a_kill_in_the_middle_of_a_sync_loses_nothing_and_leaves_no_merge_in_progress(
     hosts: tuple[RunningDaemon, RunningDaemon, Path],
 ) -> None:
-    a, b, _ = hosts
+    a, b, remote = hosts
     acknowledged: list[str] = []
     rng = random.Random(7)
     for round_ in range(4):
@@ -395,12 +395,43 @@ def test_a_kill_in_the_middle_of_a_sync_loses_nothing_and_leaves_no_merge_in_pro
         b.kill()
         git_dir = Path(git(b.workspace(WS), "rev-parse", "--absolute-git-dir").strip())
         assert not (git_dir / "MERGE_HEAD").exists()
+        # The remote is a local path, so b's push ran the remote's side (git receive-pack) in b's process group,
+        # and the kill may have stopped it holding the branch's lock: a crash of the remote's machine, which no
+        # client can undo. A person removes the lock (the test below: memd names it); here, the kill's test does.
+        for lock in remote.glob("refs/heads/*.lock"):
+            lock.unlink()
         b.start()
     settle(a, b)
     for d in (a, b):
         actions = warm_actions(d)
         assert all(actions[k] == 1 for k in acknowledged), [k for k in acknowledged if actions[k] != 1]
         assert git(d.workspace(WS), "fsck", "--no-progress", check=False) is not None
+
+
+def test_a_branch_lock_left_on_the_remote_is_named_in_the_sync_and_the_sync_goes_on_once_it_is_removed(
+    hosts: tuple[RunningDaemon, RunningDaemon, Path],
+) -> None:
+    a, b, remote = hosts
+    a.call("warm.log", workspace=WS, action="a before the lock")
+    sync_until_ok(a)
+    b.call("warm.log", workspace=WS, action="b while the remote is locked")
+    lock = remote / "refs" / "heads" / "main.lock"
+    lock.write_bytes(b"")  # what a push killed on the remote's machine in the middle of its ref update leaves
+
+    report = sync(b)
+
+    assert report["state"] == "error", report
+    assert str(lock) in report["error"] and "remove that file" in report["error"]
+    assert "kept moving" not in report["error"]
+    assert git(remote, "rev-parse", "main").strip() == git(a.workspace(WS), "rev-parse", "HEAD").strip()
+    status = b.call("status")["workspaces"][WS]["snapshot"]["sync"]
+    assert status["state"] == "error" and str(lock) in status["error"]
+
+    lock.unlink()
+    sync_until_ok(b)
+    sync_until_ok(a)
+    assert warm_actions(a)["b while the remote is locked"] == 1
+    assert warm_actions(b)["a before the lock"] == 1
 
 
 def _ignore(fn: Callable[[], object]) -> None:

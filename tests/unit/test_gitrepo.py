@@ -24,7 +24,7 @@ from memd import git_history, git_locks, gitrepo_setup, gitsync, retention
 from memd.errors import NotFound
 from memd.git_staging import stage
 from memd.gitrepo import GitRepo
-from memd.gitrepo_setup import GitError, RepoUnsafe, find_git
+from memd.gitrepo_setup import GitError, RemoteBranchLocked, RepoUnsafe, find_git
 
 PATHS = ("hot", "warm", "cold")
 GIT = find_git()
@@ -758,7 +758,7 @@ def test_push_fast_forwards_and_reports_divergence_without_forcing(repo: GitRepo
     assert person_git(bare, "rev-parse", "main").strip() == foreign
 
 
-def test_a_push_that_meets_another_push_updating_the_branch_is_divergence_not_an_error(
+def test_a_push_that_finds_the_remotes_branch_locked_names_the_lock_file(
     repo: GitRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bare = tmp_path / "remote.git"
@@ -768,10 +768,15 @@ def test_a_push_that_meets_another_push_updating_the_branch_is_divergence_not_an
     assert repo.push(str(bare), "main", 30) == "ok"
     write(repo.work_tree / "hot" / "context.json", '{"task": "x"}\n')
     snapshot(repo)
-    (bare / "refs" / "heads" / "main.lock").write_bytes(b"")  # another machine's push holds the branch right now
+    lock = bare / "refs" / "heads" / "main.lock"
+    lock.write_bytes(b"")  # another machine's push holds the branch right now, or died holding it
     monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")  # git's refusals are read in the C locale whatever the user's
 
-    assert repo.push(str(bare), "main", 30) == "diverged"  # the sync fetches, merges and pushes again
+    with pytest.raises(RemoteBranchLocked) as refused:  # the sync tries again; the push job says which file it is
+        repo.push(str(bare), "main", 30)
+    assert str(lock) in refused.value.message and "remove that file" in refused.value.message
+    lock.unlink()
+    assert repo.push(str(bare), "main", 30) == "ok"
 
 
 def test_push_to_a_missing_remote_is_an_error(repo: GitRepo, tmp_path: Path) -> None:
