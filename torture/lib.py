@@ -85,6 +85,7 @@ class Context:
         self.soak_mix = ""  # --soak-mix: the soak's write mix instead of its own (soak.MIX)
         self.soak_snapshots = True  # --soak-no-snapshots: False
         self.soak_search = True  # --soak-no-search: False
+        self.soak_seed_minutes = 0.0  # --soak-seed-minutes: the workspaces start as that much of the load left them
         self.home = tmp / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         self._serial = 0

@@ -85,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the soak with [search] enabled = false (no index is kept: what indexing costs the run shows)",
     )
+    ap.add_argument(
+        "--soak-seed-minutes",
+        type=float,
+        default=0.0,
+        help="start the soak on workspaces holding what that many minutes of its load leave (a big day file, a "
+        "big MEMORY.md), so that 12 minutes show how the end of an hour behaves",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     parts: dict[str, set[str]] = {}
@@ -112,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx.soak_mix = args.soak_mix
     ctx.soak_snapshots = not args.soak_no_snapshots
     ctx.soak_search = not args.soak_no_search
+    ctx.soak_seed_minutes = args.soak_seed_minutes
     mode = "ci" if args.ci else "full"
     print(f"memd torture: seed {args.seed}, {mode} sizes x{args.scale:g}, scenarios {', '.join(names)}", flush=True)
     reports: list[Report] = []

@@ -20,9 +20,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memd.tiers import cold_format, warm_format
 from torture import verify
 from torture.lib import Context, Daemon, Report, Writers, base_config, git_dir_of, ms, percentiles
 
@@ -35,6 +37,59 @@ RATE_TOLERANCE = 0.05  # --long: each minute's answered rate within 5% of RATE
 P99_DRIFT = 1.5  # --long: p99 of the last tenth <= 1.5x the first tenth's (+ 2 ms)
 RSS_SLOPE_MB_PER_HOUR = 10.0  # --long: RSS slope over the last half of the run
 RECORDS_POLL_SECONDS = 0.1  # --soak-no-snapshots: how often hot/memd.json's checkpoint records are read
+
+
+# What a minute of the soak's load leaves in each workspace (its hour at 763af9e: a ~36 MB day file and ~36,000
+# learnings in MEMORY.md per workspace), for --soak-seed-minutes.
+SEED_DAY_BYTES_PER_MINUTE = 600_000
+SEED_LEARNINGS_PER_MINUTE = 600
+SEED_SETTLE_SECONDS = 600.0  # at most this long for the index and the first snapshot of the seeded files
+
+
+def seed(workspace: Path, minutes: float, now: datetime) -> tuple[int, int]:
+    """Write what `minutes` of the soak's load leave into an unopened `workspace`: today's day file (entries of
+    ~330 bytes, the size the soak's own and its checkpoints' flushed ones average) and MEMORY.md (short learnings
+    under the categories the soak's clients use). Nothing in either is a soak label, so the accounting ignores
+    them. Returns (day bytes, learnings)."""
+    (workspace / "warm").mkdir(parents=True, exist_ok=True)
+    (workspace / "cold").mkdir(parents=True, exist_ok=True)
+    parts = [warm_format.day_header(now.date(), warm_format.zone_label(now, "UTC"))]
+    size, n = len(parts[0]), 0
+    seconds = max(1, now.hour * 3600 + now.minute * 60 + now.second)
+    total = int(minutes * SEED_DAY_BYTES_PER_MINUTE)
+    expected = max(1, total // 330)
+    while size < total:
+        at = min(seconds - 1, n * seconds // expected)  # in time order, before now
+        entry = warm_format.WarmEntry(
+            f"{at // 3600:02d}:{at // 60 % 60:02d}:{at % 60:02d}",
+            f"seeded activity {n}",
+            (("note", f"seeded detail {n} " + "x" * 220),),
+            "ok",
+        )
+        parts.append(warm_format.render_entry(entry))
+        size += len(parts[-1])
+        n += 1
+    (workspace / "warm" / warm_format.day_filename(now.date())).write_text("".join(parts), "utf-8")
+    count = int(minutes * SEED_LEARNINGS_PER_MINUTE)
+    day = now.date().isoformat()
+    sections = [
+        f"\n## C{k}\n" + "".join(cold_format.render_learning(day, f"seeded {k} {i}") for i in range(k, count, 4))
+        for k in range(4)
+    ]
+    (workspace / "cold" / "MEMORY.md").write_text(cold_format.MEMORY_PREAMBLE + "".join(sections), "utf-8")
+    return size, count
+
+
+def settled(status: dict[str, Any], names: list[str]) -> bool:
+    """Has the daemon indexed and committed the seeded files (so the load starts on a quiet daemon)?"""
+    search = status.get("search") or {}
+    if search.get("enabled") and (search.get("pending") or search.get("indexing")):
+        return False
+    for name in names:
+        snapshot = status["workspaces"][name].get("snapshot") or {}
+        if snapshot.get("state") == "ok" and (not snapshot.get("commits") or snapshot.get("pending")):
+            return False
+    return True
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -116,15 +171,29 @@ def run(ctx: Context) -> Report:
         root, {n: root / "ws" / n for n in names}, snapshot=snapshot, search={"enabled": ctx.soak_search}
     )
     mix = ctx.soak_mix or MIX
-    if mix != MIX or not ctx.soak_snapshots or not ctx.soak_search:
+    if mix != MIX or not ctx.soak_snapshots or not ctx.soak_search or ctx.soak_seed_minutes:
         on = {True: "on", False: "off"}
         report.figure("variant", f"mix {mix}, snapshots {on[ctx.soak_snapshots]}, search {on[ctx.soak_search]}")
+    if ctx.soak_seed_minutes:
+        now = datetime.now(UTC)
+        made = [seed(root / "ws" / n, ctx.soak_seed_minutes, now) for n in names]
+        config["warm"] = {"timezone": "UTC"}  # the seeded day is the day the daemon writes to
+        report.figure(
+            "seeded",
+            f"{ctx.soak_seed_minutes:g} minutes of load: a {made[0][0] / 1e6:.1f} MB day file and "
+            f"{made[0][1]:,} learnings in each workspace",
+        )
     d = Daemon(ctx, root / "d", config)
     groups = []
     samples: list[tuple[float, int, int]] = []
     seen_records: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
     try:
         d.start()
+        if ctx.soak_seed_minutes:
+            began = time.monotonic()
+            while not settled(d.call("status"), names) and time.monotonic() - began < SEED_SETTLE_SECONDS:
+                time.sleep(1.0)
+            report.figure("settled", f"{time.monotonic() - began:.0f} s after start (index and first snapshot)")
         rss_idle, fds_idle = d.rss_kb(), d.fd_count()
         for i, name in enumerate(names):
             clients = [f"soak{i}x{j}" for j in range(CLIENTS // len(names))]
