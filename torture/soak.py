@@ -46,11 +46,12 @@ SEED_LEARNINGS_PER_MINUTE = 600
 SEED_SETTLE_SECONDS = 600.0  # at most this long for the index and the first snapshot of the seeded files
 
 
-def seed(workspace: Path, minutes: float, now: datetime) -> tuple[int, int]:
+def seed(workspace: Path, clients: list[str], minutes: float, now: datetime) -> tuple[int, int]:
     """Write what `minutes` of the soak's load leave into an unopened `workspace`: today's day file (entries of
     ~330 bytes, the size the soak's own and its checkpoints' flushed ones average) and MEMORY.md (short learnings
-    under the categories the soak's clients use). Nothing in either is a soak label, so the accounting ignores
-    them. Returns (day bytes, learnings)."""
+    under the categories the workspace's `clients` learn under, writer.py's `C<client>`, so that the readers'
+    topics match as many as they would). Nothing in either is a soak label, so the accounting ignores them.
+    Returns (day bytes, learnings)."""
     (workspace / "warm").mkdir(parents=True, exist_ok=True)
     (workspace / "cold").mkdir(parents=True, exist_ok=True)
     parts = [warm_format.day_header(now.date(), warm_format.zone_label(now, "UTC"))]
@@ -73,11 +74,16 @@ def seed(workspace: Path, minutes: float, now: datetime) -> tuple[int, int]:
     count = int(minutes * SEED_LEARNINGS_PER_MINUTE)
     day = now.date().isoformat()
     sections = [
-        f"\n## C{k}\n" + "".join(cold_format.render_learning(day, f"seeded {k} {i}") for i in range(k, count, 4))
-        for k in range(4)
+        f"\n## C{client}\n"
+        + "".join(cold_format.render_learning(day, f"seeded {k} {i}") for i in range(k, count, len(clients)))
+        for k, client in enumerate(clients)
     ]
     (workspace / "cold" / "MEMORY.md").write_text(cold_format.MEMORY_PREAMBLE + "".join(sections), "utf-8")
     return size, count
+
+
+def _clients(workspace: int) -> list[str]:
+    return [f"soak{workspace}x{j}" for j in range(CLIENTS // 2)]  # two workspaces, CLIENTS over them
 
 
 def settled(status: dict[str, Any], names: list[str]) -> bool:
@@ -176,7 +182,7 @@ def run(ctx: Context) -> Report:
         report.figure("variant", f"mix {mix}, snapshots {on[ctx.soak_snapshots]}, search {on[ctx.soak_search]}")
     if ctx.soak_seed_minutes:
         now = datetime.now(UTC)
-        made = [seed(root / "ws" / n, ctx.soak_seed_minutes, now) for n in names]
+        made = [seed(root / "ws" / n, _clients(i), ctx.soak_seed_minutes, now) for i, n in enumerate(names)]
         config["warm"] = {"timezone": "UTC"}  # the seeded day is the day the daemon writes to
         report.figure(
             "seeded",
@@ -196,7 +202,7 @@ def run(ctx: Context) -> Report:
             report.figure("settled", f"{time.monotonic() - began:.0f} s after start (index and first snapshot)")
         rss_idle, fds_idle = d.rss_kb(), d.fd_count()
         for i, name in enumerate(names):
-            clients = [f"soak{i}x{j}" for j in range(CLIENTS // len(names))]
+            clients = _clients(i)
             extra = ["--reads", "3", "--rate", str(RATE / CLIENTS), "--duration", str(duration)]
             out = root / "acks" / name
             groups.append(Writers(ctx, d.socket_path, name, out, clients, [1] * len(clients), mix, extra=extra))
