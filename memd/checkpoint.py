@@ -49,6 +49,10 @@ from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
 RECORDS_KEPT = 10  # records kept in hot/memd.json; every one is also in git history and warm
+# What a checkpoint's own commits hold (before and after): the tier it compresses. Its flush to the warm log, and
+# whatever else changed, go into the next snapshot, seconds later: committing the whole workspace twice per
+# checkpoint made each one hash and compress a big day file again.
+CHECKPOINT_TIERS = frozenset({"hot"})
 
 
 @dataclass
@@ -202,8 +206,9 @@ class Checkpointer:
     async def _commit_before(self, ws: Workspace) -> str:
         """(1) The exact pre-state in git; no checkpoint without it while snapshots are on, as it would not be
         reversible."""
-        # whole: the commit the checkpoint's record names is this machine's hot state, even just after a sync
-        pre_commit, _ = await self.snapshots.snapshot(ws, "before checkpoint", whole=True)
+        # whole: the commit the checkpoint's record names is this machine's hot state, even just after a sync.
+        # The hot tier alone: what the checkpoint compresses; the other tiers follow in the next snapshot.
+        pre_commit, _ = await self.snapshots.snapshot(ws, "before checkpoint", whole=True, tiers=CHECKPOINT_TIERS)
         if self.snapshots.config.enabled and not pre_commit:
             raise CheckpointFailed(
                 "the pre-checkpoint state could not be committed to git, so the checkpoint would not be reversible: "
@@ -346,6 +351,7 @@ class Checkpointer:
                 "Memd-Tokens-After": str(record["tokens_after"]),
             },
             whole=True,
+            tiers=CHECKPOINT_TIERS,
         )
         if post_commit:
             record = await ws.write(lambda d: self._set_post_commit(d, checkpoint_id, post_commit))

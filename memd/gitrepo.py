@@ -28,7 +28,7 @@ import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from memd import git_locks, git_objects, gitrepo_setup
@@ -83,6 +83,13 @@ class GitRepo:
     def locate(cls, work_tree: Path, separate_dir: Path, git: str, paths: Sequence[str], adopt: bool) -> GitRepo:
         """Choose where this workspace's snapshot repository lives (`gitrepo_setup.git_dir_for`)."""
         return cls(work_tree, gitrepo_setup.git_dir_for(work_tree, separate_dir, git, adopt), git, paths)
+
+    def narrowed(self, tops: Collection[str]) -> GitRepo:
+        """This repository with only those of its snapshot paths that are in `tops` (all of them when none is):
+        a commit of part of the workspace, whose other paths stay as HEAD has them (a checkpoint's hot tier)."""
+        view = copy.copy(self)
+        view.paths = tuple(p for p in self.paths if p in tops) or self.paths
+        return view
 
     def over(self, tree: Path) -> GitRepo:
         """This repository reading `tree` as its work tree (a mirror of the workspace, memd.git_mirror), for staging

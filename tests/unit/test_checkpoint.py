@@ -929,6 +929,47 @@ def test_the_extractive_summarizer_spends_nothing_and_is_not_capped(
 # --- the pre-state commit -------------------------------------------------------------------------------------------
 
 
+def test_a_checkpoints_commits_hold_the_hot_tier_alone_and_the_next_snapshot_commits_the_rest(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    git_snapshots: Snapshotter,
+) -> None:
+    import subprocess
+
+    ws = make_workspace()
+    run(seeded(ws))  # decisions are logged to the warm day too
+    run(ws.write(lambda d: d.learn("Parsing", "the tokenizer splits on '::'")))
+    checkpointer = make_checkpointer(Described(), snapshots=git_snapshots)
+
+    async def checkpoint() -> dict[str, Any]:
+        git_snapshots.on_change(ws, frozenset({"hot", "warm", "cold"}), "writes")  # as the workspace reports them
+        return await checkpointer.run(ws, force=True)
+
+    record = run(checkpoint())
+
+    repo = git_snapshots.repo_state(ws).repo
+    assert repo is not None
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", f"--git-dir={repo.git_dir}", *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    for commit in (record["pre_commit"], record["post_commit"]):
+        changed = git("show", "--name-only", "--format=", commit).split()
+        assert changed and all(path.startswith("hot/") for path in changed), changed
+    day = sorted(p.name for p in (ws.root / "warm").glob("*.md"))
+    assert day, "the checkpoint flushed nothing to the warm log?"
+    assert git("ls-tree", "-r", "--name-only", "HEAD").split() == ["hot/context.json", "hot/memd.json"]
+    assert git_snapshots.repo_state(ws).dirty == {"warm", "cold"}  # still to commit: the next snapshot does
+
+    head, made = run(git_snapshots.snapshot(ws, "writes"))
+
+    assert made and not git_snapshots.repo_state(ws).dirty
+    for path in (f"warm/{day[-1]}", "cold/MEMORY.md"):
+        assert git("show", f"{head}:{path}") == (ws.root / path).read_text("utf-8")
+
+
 class LateWriter(Snapshotter):
     """A real snapshotter; right after the pre-state commit, a large note lands (another client's write)."""
 
