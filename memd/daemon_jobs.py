@@ -10,8 +10,8 @@ Retention sweeps of many workspaces (the cron job, `retention.sweep` without a w
 order used everywhere (its repository's lock, then its writer; memd.snapshots), one after the other, so sweeps
 of different workspaces never wait on each other and cannot deadlock; the semaphore is taken before either lock
 and nothing that holds a workspace lock ever waits for it.
-Imports memd.checkpoint, memd.config, memd.jobs, memd.metrics, memd.registry, memd.search, memd.snapshot_push,
-memd.snapshots, memd.stoppable, memd.sweep, memd.sync and memd.workspace.
+Imports memd.checkpoint, memd.config, memd.jobs, memd.metrics, memd.registry, memd.search, memd.snapshot_gc,
+memd.snapshot_push, memd.snapshots, memd.stoppable, memd.sweep, memd.sync and memd.workspace.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
-from memd import snapshot_push, sweep
+from memd import snapshot_gc, snapshot_push, sweep
 from memd.checkpoint import Checkpointer
 from memd.config import Config, MetricsConfig
 from memd.jobs import Jobs
@@ -95,7 +95,7 @@ def schedule(daemon: DaemonParts) -> None:
         jobs.every(
             "snapshot-gc",
             config.snapshot.gc_interval_seconds,
-            lambda: daemon.snapshots.maintain_all(daemon.gc_io, daemon.background),
+            lambda: snapshot_gc.maintain_all(daemon.snapshots, daemon.gc_io, daemon.background),
         )
     jobs.every(
         "budget-scan",

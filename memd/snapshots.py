@@ -22,8 +22,8 @@ Reading the history back and restoring files from it: memd.snapshot_history; pus
 memd.snapshot_push. Both drive a Snapshotter through its public methods (`repo_for`, `states`, `commit_locked`,
 `io`), as memd.sync and memd.hot_split do.
 Imports memd.gitrepo, memd.gitrepo_setup (git's errors, `find_git`), memd.hot_split, memd.git_staging,
-memd.git_mirror, memd.git_maintenance, memd.workspace, memd.retention (its `Held`), memd.debounce, memd.fsio,
-memd.stoppable, memd.config and memd.errors.
+memd.git_mirror, memd.workspace, memd.retention (its `Held`), memd.debounce, memd.fsio, memd.config and
+memd.errors.
 """
 
 from __future__ import annotations
@@ -39,15 +39,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from memd import fsio, git_maintenance, git_mirror, git_staging
+from memd import fsio, git_mirror, git_staging
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
 from memd.errors import MemdError, StorageError, Unavailable
 from memd.gitrepo import GitRepo
-from memd.gitrepo_setup import GIT_TIMEOUT, GitError, GitInterrupted, GitMissing, RepoUnsafe, find_git
+from memd.gitrepo_setup import GIT_TIMEOUT, GitError, GitMissing, RepoUnsafe, find_git
 from memd.hot_split import HotSplit
 from memd.retention import Held
-from memd.stoppable import Stoppable
 from memd.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -440,48 +439,6 @@ class Snapshotter:
         after, whether a commit was made); ("", False) when it failed (`state.last_error` says why) or there is
         nothing to commit in a repository without commits. `whole`: see `snapshot`."""
         return await self._snapshot_locked(ws, state, reason, trailers, held=held, whole=whole)
-
-    # --- maintenance -----------------------------------------------------------------------------------------
-
-    async def maintain_all(self, executor: Executor, stoppable: Stoppable) -> dict[str, str]:
-        """Pack the loose objects of each repository memd made where snapshots have piled them up
-        (memd.git_maintenance; the `snapshot-gc` job). One repository at a time, holding its lock (its snapshots
-        wait, writes do not), in `executor`: a gc may take seconds and must not hold up the snapshot threads. A
-        repository without a commit since the last look is not looked at again. A stop ends the gc under way
-        through `stoppable`, so that the shutdown snapshot does not wait for it, and starts no other."""
-        results: dict[str, str] = {}
-        loop = asyncio.get_running_loop()
-        for name, ws in list(self._workspaces.items()):
-            state = self._states[name]
-            if state.repo is None or state.commits == state.packed_at_commits:
-                continue
-            if stoppable.stopping:
-                break
-            async with state.lock:
-                repo, state.packed_at_commits = state.repo, state.commits
-                if repo is None:
-                    continue
-                try:
-                    ws.check_identity()
-                    before = await loop.run_in_executor(executor, git_maintenance.maintain, repo, stoppable)
-                except GitInterrupted:
-                    log.info("workspace %s: packing the snapshot repository ended: memd is stopping", name)
-                    results[name] = "interrupted"
-                    break
-                except (GitError, StorageError, OSError) as exc:
-                    message = getattr(exc, "message", None) or str(exc)
-                    log.warning("workspace %s: packing the snapshot repository failed: %s", name, message)
-                    results[name] = "error"
-                    continue
-            if before is not None:
-                state.gcs += 1
-                state.last_gc_at = ws.clock.now().isoformat(timespec="seconds")
-                log.info(
-                    "workspace %s: packed %d loose objects (%.1f MiB) of %s", name, before.objects,
-                    before.bytes / (1 << 20), repo.git_dir,
-                )  # fmt: skip
-                results[name] = "packed"
-        return results
 
     def status_for(self, name: str) -> dict[str, Any]:
         if not self.config.enabled:
