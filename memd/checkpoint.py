@@ -30,7 +30,7 @@ from typing import Any
 from memd import checkpoint_history as history
 from memd.batch import Draft
 from memd.checkpoint_compact import Checkpoint, Summary, summarized
-from memd.checkpoint_flush import flush_to_warm
+from memd.checkpoint_flush import flush_to_warm, parse_recent_days
 from memd.checkpoint_plan import (
     NOTHING_TO_COMPRESS,
     Plan,
@@ -258,6 +258,7 @@ class Checkpointer:
         in the warm log first, whatever happens to the apply)."""
         if not checkpoint.flush:
             return 0
+        await parse_recent_days(ws, ws.today())
         return await ws.write(
             lambda draft: flush_to_warm(ws, draft, checkpoint.id, checkpoint.to_remove(draft.edit_hot()))
         )

@@ -7,6 +7,7 @@ Imports memd.batch, memd.checkpoint_plan (entry keys) and memd.workspace (the wa
 from __future__ import annotations
 
 import json
+from datetime import date
 from typing import Any
 
 from memd.batch import Draft
@@ -20,6 +21,14 @@ def entry_key_in(entry: dict[str, Any], present: set[str]) -> bool:
     return any(k in present for k, _ in keyed([entry]))
 
 
+async def parse_recent_days(ws: Workspace, today: date) -> None:
+    """Parse the days `flush_to_warm` looks in as a read parses them (WarmStore.load: a big parse in a worker
+    thread), before the flush's batch: inside a batch the lookup runs on the event loop, and a day no read had
+    parsed yet (a daemon just started on a 36 MB day) was parsed there whole, holding every client ~4 s."""
+    for day in ws.warm.recent_days(today, ws.config.warm.recent_days):
+        await ws.warm.load(day)
+
+
 def flush_to_warm(
     ws: Workspace, draft: Draft, checkpoint_id: str, removed: list[tuple[str, dict[str, Any], str]]
 ) -> int:
@@ -31,7 +40,7 @@ def flush_to_warm(
     # writes lets go of ~80,000 decisions an hour; a copy at every checkpoint cost the size of the day).
     let_go: list[DigestSet] = []
     today = draft.local.date()
-    for day in ws.warm.recent_days(today, ws.config.warm.recent_days):
+    for day in ws.warm.recent_days(today, ws.config.warm.recent_days):  # parsed already: parse_recent_days
         for e in ws.warm.entries_for(day):
             seen.add(flush_identity(e.action, dict(e.details)))
         let_go.append(ws.warm.let_go_identities(day))

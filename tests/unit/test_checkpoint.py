@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -30,7 +31,7 @@ from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, Workspac
 from memd.errors import Busy, CheckpointFailed
 from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult, fact_tokens
-from memd.tiers import hot_format, warm_parse
+from memd.tiers import hot_format, warm_format, warm_parse, warm_store
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -1543,3 +1544,39 @@ def test_a_checkpoint_around_a_sync_commits_this_machines_hot_files_before_and_a
         assert git_bytes("show", f"{record['pre_commit']}:{path}") == mine[path], path
         after = git_bytes("show", f"{record['post_commit']}:{path}")
         assert session(after) == session((ws.root / path).read_bytes()), path
+
+
+def test_a_checkpoint_parses_a_big_unread_day_in_a_worker_thread_never_on_the_event_loop(
+    make_workspace: Callable[..., Workspace],
+    make_checkpointer: Callable[..., Checkpointer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The soak seeded with an hour of load stalled every client for ~4 s at start: the first checkpoints' flush
+    looked up the day's entries inside the writer's batch, where the never-read 36 MB day was parsed whole on the
+    event loop. The day is parsed before the batch, as a read would parse it (WarmStore.load)."""
+    day = START.date()
+    entries = "".join(
+        warm_format.render_entry(warm_format.WarmEntry(f"08:{i // 60 % 60:02d}:{i % 60:02d}", f"earlier work {i}"))
+        for i in range(2000)
+    )
+    warm = make_workspace().root / "warm"
+    header = warm_format.day_header(day, warm_format.zone_label(START, "UTC"))
+    (warm / warm_format.day_filename(day)).write_text(header + entries, "utf-8")
+    assert len(entries) > warm_store.INLINE_PARSE_BYTES * 4
+    ws = make_workspace()  # opened on a day file no read has parsed yet
+    run(seeded(ws))
+    parses: list[tuple[int, int]] = []  # (thread, bytes)
+    parse = warm_store.WarmStore._parse
+
+    def spied(self: warm_store.WarmStore, job: warm_parse.Job, whole_if_rewritten: bool) -> warm_parse.Result:
+        parses.append((threading.get_ident(), job.bytes))
+        return parse(self, job, whole_if_rewritten)
+
+    monkeypatch.setattr(warm_store.WarmStore, "_parse", spied)
+
+    record = run(make_checkpointer().run(ws, force=True))
+
+    assert record["compressed"] and record["flushed_to_warm"] > 0
+    loop_thread = threading.get_ident()  # asyncio.run runs the loop on this thread
+    assert [n for t, n in parses if t == loop_thread and n > warm_store.INLINE_PARSE_BYTES] == []
+    assert any(n > warm_store.INLINE_PARSE_BYTES for _, n in parses)  # the day was parsed, in a worker
