@@ -27,6 +27,7 @@ async def parse_recent_days(ws: Workspace, today: date) -> None:
     parsed yet (a daemon just started on a 36 MB day) was parsed there whole, holding every client ~4 s."""
     for day in ws.warm.recent_days(today, ws.config.warm.recent_days):
         await ws.warm.load(day)
+        await ws.warm.complete_let_go(day)  # a big day's first parse read its newest entries only
 
 
 def flush_to_warm(

@@ -102,6 +102,16 @@ def is_current_format(text: str) -> bool:
     return _ZONED_HEADING_SEARCH.search(text) is not None
 
 
+def is_entry_line(line: str) -> bool:
+    """Does this line (no line break) start an entry, as the parse reads it?"""
+    return _ENTRY_RE.fullmatch(line) is not None
+
+
+def is_zoned_heading(line: str) -> bool:
+    """Is this line (no line break) a day heading with a zone, from which the text-as-written format applies?"""
+    return _ZONED_HEADING_RE.fullmatch(line) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class WarmEntry:
     """One logged action. `extra` holds lines of a foreign entry that are not part of the format, verbatim."""

@@ -7,7 +7,10 @@ there differ) is parsed again from the start. `parse` touches no state, so the s
 thread; `advance` takes its result into the day's parse. Bounds: of each day, only its newest DAY_WINDOW entries
 stay parsed (the older ones are final: a read that reaches them, a page of `warm.recent` or a whole `warm.day`,
 parses the file in a worker and keeps nothing of it: WarmStore.load_all; of the entries let go, only 8 bytes of
-the digest of each decision and flushed note are kept, for a checkpoint's flush: memd.tiers.digests). So memory
+the digest of each decision and flushed note are kept, for a checkpoint's flush: memd.tiers.digests). A first
+parse of a file over NEWEST_ONLY_FROM_BYTES reads its newest DAY_WINDOW entries only (the lines before them are
+only looked at: `window_start`); the digests of the entries before them are added when a checkpoint's flush first
+needs them (`head_identities`, in a worker). So memory
 hardly grows with the day: an agent that logs all day long made memd hold about 7 bytes for every byte of its day file.
 Imports memd.errors, the tier reader, the warm format and memd.tiers.digests (and, for types only, the warm
 store's DayFile).
@@ -33,6 +36,10 @@ if TYPE_CHECKING:
 # budget holds a few hundred at most, a `warm.recent` page 100)...
 DAY_WINDOW = 2048
 DAY_WINDOW_SLACK = 512  # ...once this many more have come, the oldest are let go in one move
+# The first parse of a day file bigger than this reads its newest DAY_WINDOW entries only (`window_start`): a
+# daemon started on a 36 MB day parsed it whole, ~1.4 s of a worker holding the GIL and ~200 MB at its peak, per
+# workspace, while every client waited on the loop's share of the GIL. What is before them is only counted.
+NEWEST_ONLY_FROM_BYTES = 1 << 20
 
 
 @dataclass
@@ -49,6 +56,9 @@ class Parsed:
     # What a checkpoint's flush looks up of the entries let go (warm_format.flush_identity: the decisions and
     # flushed notes among them, 16 bytes each): it must not log again what the day already holds.
     let_go: DigestSet = field(default_factory=DigestSet)
+    # The file's first `head` bytes hold entries never parsed (a first parse of the newest only): their flush
+    # identities are not in `let_go` until `head_identities` of them are added (WarmStore.complete_let_go).
+    head: int = 0
 
     def cut_to_window(self) -> None:
         """Let go of the oldest entries beyond DAY_WINDOW (only final ones: before `resume`)."""
@@ -80,6 +90,7 @@ class Job:
     start: int
     size: int
     resume: Resume | None = None  # parsed.resume when the job was made: a parse advanced since is not continued
+    newest_only: bool = False  # a first parse may read only the newest entries of a big file (window_start)
 
     @property
     def bytes(self) -> int:
@@ -112,6 +123,8 @@ class Result:
     whole: bool = False  # parsed from the start of the file: the entries replace every known one
     error: str | None = None
     rewritten: bool = False  # the bytes before the append differ: parse the whole file again
+    first: int = 0  # entries before the first one parsed (a parse of the newest only)
+    head: int = 0  # where the first one parsed starts in the file
 
 
 def job_for(day: date, known: DayFile) -> Job | None:
@@ -122,7 +135,7 @@ def job_for(day: date, known: DayFile) -> Job | None:
     if parsed is not None and parsed.size >= size:
         return None
     if parsed is None:
-        return Job(day, known, known.generation, None, 0, size)
+        return Job(day, known, known.generation, None, 0, size, newest_only=True)
     return Job(day, known, known.generation, parsed, parsed.resume.offset, size, parsed.resume)
 
 
@@ -140,9 +153,73 @@ def parse(directory: Path, max_bytes: int, zoneless_as_written: bool, job: Job, 
             return Result(rewritten=True)
         whole = Job(job.day, job.known, job.generation, None, 0, job.size)
         return parse(directory, max_bytes, zoneless_as_written, whole, whole_if_rewritten)
+    if job.parsed is None and job.newest_only and len(data) > NEWEST_ONLY_FROM_BYTES:
+        window = window_start(data, zoneless_as_written)
+        if window is not None:  # the file's bytes before it are only looked at, not parsed
+            entries, resume = warm_format.parse_day_bytes(data[window.offset :], window, zoneless_as_written)
+            tail = data[resume.offset :]
+            return Result(entries, resume, tail, whole=True, first=window.entries, head=window.offset)
     resume_at = None if job.parsed is None else job.parsed.resume
     entries, resume = warm_format.parse_day_bytes(data, resume_at, zoneless_as_written)
     return Result(entries, resume, data[resume.offset - job.start :], whole=job.parsed is None)
+
+
+def _line_at(data: bytes, start: int) -> str:
+    """The line of `data` starting at `start`, as the parse reads it (warm_format: split on LF, CR ending removed,
+    a BOM at the file's start dropped)."""
+    end = data.find(b"\n", start)
+    text = data[start : len(data) if end < 0 else end].decode("utf-8", "replace")
+    return (text.removeprefix("\ufeff") if start == 0 else text).removesuffix("\r")
+
+
+def _line_starts(data: bytes, prefix: bytes, end: int) -> list[int]:
+    """Where the lines of data[:end] that begin with `prefix` start."""
+    found = [0] if data.startswith(prefix) or data.startswith(b"\xef\xbb\xbf" + prefix) else []
+    at = data.find(b"\n" + prefix, 0, end)
+    while at >= 0:
+        found.append(at + 1)
+        at = data.find(b"\n" + prefix, at + 1, end)
+    return [start for start in found if start < end]
+
+
+def window_start(data: bytes, zoneless_as_written: bool) -> Resume | None:
+    """Where a parse of a whole day file's newest DAY_WINDOW entries starts: the line of the DAY_WINDOW-th entry
+    from the end (its heading line complete), how many entries come before it and the reading rule there, found by
+    looking only at the lines that may start an entry or a zoned heading. What parse_day_bytes returns from there
+    is exactly what a parse of the whole file gives for those entries (an entry line always starts an entry,
+    inside a fence too, and a zoned heading switches the rule wherever it is). None: the file holds fewer."""
+    # Complete lines only: a last line without its line break may yet become part of the entry above it.
+    complete = data.rfind(b"\n") + 1
+    entry_lines = [s for s in _line_starts(data, b"### ", complete) if warm_format.is_entry_line(_line_at(data, s))]
+    if len(entry_lines) <= DAY_WINDOW:
+        return None
+    offset = entry_lines[-DAY_WINDOW]
+    zoned = any(warm_format.is_zoned_heading(_line_at(data, s)) for s in _line_starts(data, b"# Activity Log", offset))
+    current = zoneless_as_written or zoned
+    return Resume(offset, len(entry_lines) - DAY_WINDOW, current, current)
+
+
+def head_identities(data: bytes, zoneless_as_written: bool) -> list[bytes]:
+    """The flush identities (warm_format.flush_identity) of the entries of a day file's first bytes, `data`: the
+    head a parse of the newest only left out (Parsed.head). Parsed in pieces, so that memory holds one piece's
+    entries at a time."""
+    found: list[bytes] = []
+    resume: Resume | None = None
+    starts = [s for s in _line_starts(data, b"### ", len(data)) if warm_format.is_entry_line(_line_at(data, s))]
+    cuts = [s for k, s in enumerate(starts) if k and k % DAY_WINDOW == 0] + [len(data)]
+    begin = 0
+    for cut in cuts:
+        piece = data[begin:cut]
+        entries, after = warm_format.parse_day_bytes(piece, resume, zoneless_as_written)
+        for entry in entries:
+            identity = warm_format.flush_identity(entry.action, dict(entry.details))
+            if identity is not None:
+                found.append(identity)
+        # The next piece starts at an entry line: every entry of this one is final (the last ends at the cut).
+        done = (0 if resume is None else resume.entries) + len(entries)
+        resume = Resume(cut, done, after.at_end, after.at_end)
+        begin = cut
+    return found
 
 
 def advance(job: Job, result: Result) -> Parsed | None:
@@ -152,7 +229,7 @@ def advance(job: Job, result: Result) -> Parsed | None:
         return None
     size = job.size
     if result.whole or job.parsed is None:
-        parsed = Parsed(result.entries, size, result.resume, result.tail)
+        parsed = Parsed(result.entries, size, result.resume, result.tail, first=result.first, head=result.head)
     else:
         parsed = job.parsed
         parsed.replace_from_resume(result.entries)

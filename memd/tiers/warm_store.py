@@ -268,6 +268,34 @@ class WarmStore:
         known = self.days.get(day)
         return DigestSet() if known is None or known.parsed is None else known.parsed.let_go
 
+    async def complete_let_go(self, day: date) -> None:
+        """Add to the day's `let_go_identities` those of the entries its first parse never read (a big day's newest
+        only: warm_parse.Parsed.head), parsed in a worker thread; what a checkpoint's flush looks up. Call it after
+        `load`."""
+        known = self.days.get(day)
+        parsed = None if known is None else known.parsed
+        if known is None or parsed is None or parsed.head == 0:
+            return
+        generation, head = known.generation, parsed.head
+        found = await asyncio.get_running_loop().run_in_executor(None, self._head_identities, day, parsed)
+        if found is None or known.parsed is not parsed or known.generation != generation or parsed.head != head:
+            return  # changed meanwhile: the next parse starts again (and its head is completed by the next flush)
+        for identity in found:
+            parsed.let_go.add(identity)
+        parsed.head = 0
+
+    def _head_identities(self, day: date, parsed: Parsed) -> list[bytes] | None:
+        """In a worker: warm_parse.head_identities of the file's first `parsed.head` bytes, or None when the file no
+        longer holds what `parsed` was parsed from (replaced, cut, rewritten)."""
+        try:
+            data = read_tier_file(self.path_for(day), self.max_bytes)
+        except CorruptFile:
+            return None
+        offset = parsed.resume.offset
+        if data is None or data[offset : offset + len(parsed.tail)] != parsed.tail:
+            return None
+        return warm_parse.head_identities(data[: parsed.head], self.zoneless_as_written)
+
     def entries_for(self, day: date) -> list[WarmEntry]:
         """A day's newest entries (warm_parse.DAY_WINDOW at least, `first_kept` tells where they start), parsed here
         as far as the file has grown (an async caller uses `load`)."""

@@ -86,6 +86,40 @@ def test_any_bytes_parsed_as_they_grew_read_as_the_whole_file(chunks: list[bytes
     assert grow(whole, cuts) == parse_day(whole.decode("utf-8", "replace"))
 
 
+FLUSHABLE = [  # entries whose flush identity a checkpoint looks up (warm_format.flush_identity)
+    render_entry(WarmEntry("09:00:02", "decision: use pathlib", (("reason", "portable"),))),
+    render_entry(WarmEntry("09:00:03", warm_format.FLUSHED_NOTE, (("id", "n1"), ("ts", "t"), ("text", "kept")))),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(PIECES + FLUSHABLE), max_size=40).map("".join),
+    st.booleans(),
+    st.integers(min_value=1, max_value=6),
+)
+def test_a_parse_of_the_newest_entries_only_reads_them_as_the_whole_file_and_the_head_keeps_their_identities(
+    text: str, current: bool, window: int
+) -> None:
+    """A big day's first parse starts at its window_start: the entries from there, where the parse goes on, and
+    the flush identities of the entries before (head_identities) are what a parse of the whole file gives."""
+    whole = text.encode()
+    entries, resume = parse_day_bytes(whole, None, current)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(warm_parse, "DAY_WINDOW", window)
+        start = warm_parse.window_start(whole, current)
+        if start is None:
+            assert len(entries) <= window
+            return
+        newest, after = parse_day_bytes(whole[start.offset :], start, current)
+        head = warm_parse.head_identities(whole[: start.offset], current)
+
+    assert len(newest) in (window, window + 1)  # and an entry whose heading line is not complete yet
+    assert entries[start.entries :] == newest and after == resume
+    identities = [warm_format.flush_identity(e.action, dict(e.details)) for e in entries[: start.entries]]
+    assert head == [i for i in identities if i is not None]
+
+
 def test_the_part_parsed_again_starts_at_the_last_entry_whose_heading_line_is_complete() -> None:
     first = render_entry(WarmEntry("09:00:00", "one"))
     second = render_entry(WarmEntry("09:01:00", "two"))
@@ -203,6 +237,37 @@ def test_a_day_keeps_only_its_newest_entries_parsed_and_every_one_can_still_be_r
             assert asyncio.run(ws.warm.load_all(day)) == whole
     served(ws, ws.today())
     assert ws.warm.first_kept(ws.today()) > 0  # the window was reached
+
+
+def test_a_big_days_first_parse_reads_its_newest_entries_and_a_checkpoint_flush_still_finds_the_older_ones(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm_parse, "DAY_WINDOW", 10)
+    monkeypatch.setattr(warm_parse, "NEWEST_ONLY_FROM_BYTES", 1000)
+    decision = render_entry(WarmEntry("08:00:00", "decision: use pathlib", (("reason", "portable"),)))
+    others = "".join(render_entry(WarmEntry(f"08:{i // 60:02d}:{i % 60:02d}", f"step {i}")) for i in range(1, 200))
+    day_path(ws).write_text(day_header(ws.today(), ZONE) + decision + others, encoding="utf-8")
+    parsed: list[tuple[int, int]] = []
+    parse = warm_parse.parse
+
+    def spied(*args: Any) -> warm_parse.Result:
+        result = parse(*args)
+        parsed.append((args[3].start, len(result.entries)))
+        return result
+
+    monkeypatch.setattr(warm_parse, "parse", spied)
+
+    kept = served(ws, ws.today())
+
+    assert parsed == [(0, 10)]  # from the start of the file, but only the newest ten read
+    assert kept == on_disk(ws, ws.today())[190:] and ws.warm.first_kept(ws.today()) == 190
+    assert asyncio.run(ws.warm.load_all(ws.today())) == on_disk(ws, ws.today())  # a page that reaches back
+    identity = warm_format.flush_identity("decision: use pathlib", {"reason": "portable"})
+    assert identity not in ws.warm.let_go_identities(ws.today())  # not read yet
+    asyncio.run(ws.warm.complete_let_go(ws.today()))  # what a checkpoint's flush does first
+    assert identity in ws.warm.let_go_identities(ws.today())
+    log(ws, "after")
+    assert served(ws, ws.today()) == on_disk(ws, ws.today())[190:]
 
 
 @pytest.fixture
