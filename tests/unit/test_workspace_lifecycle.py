@@ -23,6 +23,7 @@ from edits import note
 from memd import retention
 from memd.config import BudgetConfig, LimitsConfig, WarmConfig, WorkspaceConfig
 from memd.errors import Busy, StorageError
+from memd.tiers import cold_learnings
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -85,6 +86,25 @@ def test_open_removes_memds_stale_temp_files_and_names_them(
 
     assert removed == [str(stale)]
     assert not stale.exists() and (root / "hot" / "notes.txt").exists()
+
+
+def test_open_parses_memory_md_so_that_the_first_read_after_a_start_does_not_parse_it_on_the_event_loop(
+    root: Path, counter: TokenCounter, io: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak started on 36,000 learnings a workspace held every client ~0.3 s at its first reads: the first
+    `context.get` parsed MEMORY.md on the loop. `open` (at start, before the socket serves) parses it instead."""
+    (root / "cold").mkdir(parents=True)
+    lines = "".join(f"- [2024-03-01] learning {i}\n" for i in range(50))
+    (root / "cold" / "MEMORY.md").write_text(f"# Memory\n\n## Testing\n{lines}", encoding="utf-8")
+    ws = make(root, counter, io)
+    ws.open()
+    parses: list[int] = []
+    parse = cold_learnings.Learnings.parse
+    monkeypatch.setattr(cold_learnings.Learnings, "parse", lambda text: parses.append(len(text)) or parse(text))
+
+    assert len(ws.cold.parsed.items) == 50  # what context.get and cold.get read first
+
+    assert parses == []
 
 
 def test_the_first_open_of_a_workspace_with_another_tools_day_files_records_the_adoption_and_logs_it(
