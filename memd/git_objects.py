@@ -109,9 +109,11 @@ _NAME_LENGTH = 0x0FFF
 _UNREAD_EXTENSIONS = (b"link", b"sdir")  # entries kept elsewhere (split index) or folded (sparse index)
 
 
-def index_paths(git_dir: Path, sha256: bool = False) -> list[str] | None:
+def index_paths(git_dir: Path, sha256: bool = False, plain_only: bool = False) -> list[str] | None:
     """The path of each stage-0 entry of the index file (git's order), [] when there is no index file, or None
-    when git must be asked instead. `sha256`: the repository's object ids are SHA-256's."""
+    when git must be asked instead. `sha256`: the repository's object ids are SHA-256's. `plain_only`: None as
+    well when an entry is anything but a plain staged file (an unmerged stage, an intent-to-add or another
+    extended entry)."""
     try:
         data = (git_dir / "index").read_bytes()
     except FileNotFoundError:
@@ -132,6 +134,8 @@ def index_paths(git_dir: Path, sha256: bool = False) -> list[str] | None:
         if flags_at + 2 > end:
             return None
         (flags,) = struct.unpack(">H", data[flags_at : flags_at + 2])
+        if plain_only and flags & (_STAGE | _EXTENDED):
+            return None
         name_at = flags_at + 2 + (2 if flags & _EXTENDED else 0)
         nul = data.find(b"\0", name_at, end)
         if nul < 0 or (flags & _NAME_LENGTH != _NAME_LENGTH and nul - name_at != flags & _NAME_LENGTH):

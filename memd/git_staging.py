@@ -20,9 +20,12 @@ from pathlib import Path
 
 from memd import fsio, git_objects
 from memd.gitrepo import ARCHIVE_DIR, DAY_FILE, OWN_FILES_PATHSPECS, TIER_FILES, WARM_DIR, GitRepo
-from memd.gitrepo_setup import GIT_TIMEOUT, GitError
+from memd.gitrepo_setup import GIT_TIMEOUT, LOCK_FILE, GitError
 
 ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it
+# An index bigger than this holds more than a workspace's files (an adopted repository's code): not read for
+# `nothing_else_staged`, whose answer would be no anyway. memd's own hold a few hundred bytes a file.
+ALONE_INDEX_MAX_BYTES = 256 * 1024
 
 
 def stage(repo: GitRepo, lock_wait: float = GIT_TIMEOUT, hold: Sequence[str] = ()) -> list[str]:
@@ -72,7 +75,31 @@ def stage(repo: GitRepo, lock_wait: float = GIT_TIMEOUT, hold: Sequence[str] = (
     return [name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
 
 
-def _index_paths(repo: GitRepo) -> list[str] | None:
+def nothing_else_staged(repo: GitRepo, hold: Sequence[str] = ()) -> bool:
+    """After `stage`: does the index hold nothing but the snapshot paths, none of them held, none of memd's own
+    files? Then a plain `git commit` commits exactly what `GitRepo.commit` with `--only` would, without git adding
+    the listed files again from the work tree: `--only` builds its commit from HEAD and hashes each listed file
+    once more (0.26 s of CPU for a 40 MB day file, at every snapshot of a busy day, on top of the `add`'s 0.30 s).
+    False (commit with `--only`) whenever it cannot tell: an index this does not read, too big to be memd's alone
+    (an adopted repository's), an unmerged or intent-to-add entry."""
+    try:
+        if (repo.git_dir / "index").stat().st_size > ALONE_INDEX_MAX_BYTES:
+            return False
+    except OSError:
+        return False
+    paths = _index_paths(repo, plain_only=True)
+    if not paths:
+        return False
+    held = set(hold)
+    return all(_under(path, repo.paths) and path not in held and not _own_file(path) for path in paths)
+
+
+def _own_file(path: str) -> bool:
+    """One of memd's own files, which `OWN_FILES_PATHSPECS` keep out of every snapshot."""
+    return path == LOCK_FILE or fsio.TEMP_MARKER in path.rpartition("/")[2]
+
+
+def _index_paths(repo: GitRepo, plain_only: bool = False) -> list[str] | None:
     """The index's paths read from the file (`git_objects.index_paths`), or None: ask git."""
     try:
         config = (repo.git_dir / "config").read_text(encoding="utf-8", errors="replace").lower()
@@ -82,7 +109,7 @@ def _index_paths(repo: GitRepo) -> list[str] | None:
     form = declared["format"].strip('"') if declared else "sha1"
     if form not in ("sha1", "sha256"):
         return None  # an object format this does not know
-    return git_objects.index_paths(repo.git_dir, sha256=form == "sha256")
+    return git_objects.index_paths(repo.git_dir, sha256=form == "sha256", plain_only=plain_only)
 
 
 def _present(repo: GitRepo) -> list[str]:

@@ -230,10 +230,13 @@ class GitRepo:
             return False  # made by `ensure`, and no ref written since, loose or packed: no process to ask
         return self.returncode("rev-parse", "--verify", "--quiet", "HEAD") == 0
 
-    def commit(self, paths: Sequence[str], subject: str, body: str, trailers: Mapping[str, str]) -> str:
+    def commit(
+        self, paths: Sequence[str], subject: str, body: str, trailers: Mapping[str, str], only: bool = True
+    ) -> str:
         """Commit exactly the files `stage` listed (`--only`: anything else someone staged in an adopted
         repository stays staged and out of memd's commit). Returns the commit, or "" when nothing was left to
-        commit.
+        commit. `only=False`: the index as it is, when it holds nothing else (`git_staging.nothing_else_staged`):
+        the same commit, without git hashing the listed files again.
 
         A listed path that is a directory now (a file or link that became one) is left out of the pathspec:
         `git commit --only` would take the directory for a submodule and refuse ("does not have a commit checked
@@ -254,9 +257,7 @@ class GitRepo:
             "--allow-empty-message",
             "-F",
             "-",
-            "--only",
-            "--",
-            *paths,
+            *(("--only", "--", *paths) if only else ()),
             input=message,
         )
         self.has_commits = True

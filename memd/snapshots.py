@@ -37,7 +37,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from memd import fsio, git_mirror, git_staging
 from memd.config import SnapshotConfig
@@ -296,15 +296,15 @@ class Snapshotter:
                 if not held:
                     mirror = await self._to_the_end(_mirror, repo, _live_days(ws))
                 if mirror is None:
-                    paths = await self._to_the_end(_stage, repo, state, whole, UNDER_WRITER_LOCK_WAIT)
-                    rev = await self._to_the_end(repo.commit, paths, subject, body, all_trailers) if paths else ""
+                    staged = await self._to_the_end(_stage, repo, state, whole, UNDER_WRITER_LOCK_WAIT)
+                    rev = await self._to_the_end(_commit, repo, staged, subject, body, all_trailers) if staged else ""
             if mirror is not None:
                 tree = mirror.tree
                 view = repo.over(tree)
                 try:
                     await self._to_the_end(git_mirror.complete, mirror)
-                    paths = await self._to_the_end(_stage, view, state, whole, GIT_TIMEOUT)
-                    rev = await self._to_the_end(view.commit, paths, subject, body, all_trailers) if paths else ""
+                    staged = await self._to_the_end(_stage, view, state, whole, GIT_TIMEOUT)
+                    rev = await self._to_the_end(_commit, view, staged, subject, body, all_trailers) if staged else ""
                 finally:
                     repo.has_commits = view.has_commits
                     await self._to_the_end(git_mirror.clear, tree, mirror.dirs)
@@ -507,7 +507,15 @@ def _live_days(ws: Workspace) -> set[str]:
     return {f"{today + timedelta(days=d)}.md" for d in (-1, 0, 1)}
 
 
-def _stage(repo: GitRepo, state: RepoState, whole: bool, lock_wait: float) -> list[str]:
+class Staged(NamedTuple):
+    paths: list[str]  # what differs from HEAD: the commit's paths
+    alone: bool  # the index holds nothing else (git_staging.nothing_else_staged): committed as it is
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)
+
+
+def _stage(repo: GitRepo, state: RepoState, whole: bool, lock_wait: float) -> Staged:
     """Stage the workspace or its mirror (in a worker), leaving out the hot files that still hold what this
     machine last committed before a sync moved HEAD past them (`RepoState.hot_kept`), unless `whole`."""
     hold: list[str] = []
@@ -520,4 +528,9 @@ def _stage(repo: GitRepo, state: RepoState, whole: bool, lock_wait: float) -> li
             hold.append(path)
         else:  # changed here (or committed whole now): from here on it is committed as usual
             del state.hot_kept[path]
-    return git_staging.stage(repo, lock_wait, hold)
+    paths = git_staging.stage(repo, lock_wait, hold)
+    return Staged(paths, bool(paths) and git_staging.nothing_else_staged(repo, hold))
+
+
+def _commit(repo: GitRepo, staged: Staged, subject: str, body: str, trailers: dict[str, str]) -> str:
+    return repo.commit(staged.paths, subject, body, trailers, only=not staged.alone)

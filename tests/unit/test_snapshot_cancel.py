@@ -44,10 +44,10 @@ class Gate:
         self.reached, self.open = threading.Event(), threading.Event()
 
     def around(self, real: Any) -> Any:
-        def gated(*args: Any) -> Any:
+        def gated(*args: Any, **kwargs: Any) -> Any:
             self.reached.set()
             assert self.open.wait(WAIT), "the test never opened the gate"
-            return real(*args)
+            return real(*args, **kwargs)
 
         return gated
 
