@@ -251,3 +251,40 @@ def test_a_text_longer_than_a_piece_is_counted_in_pieces_and_exactly(counter: To
     assert len(text) > 2 * tokens.COUNT_PIECE_CHARS
 
     assert counter.count(text) == len(counter._encoding.encode_ordinary(text))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from([*"ab \t\n\r-.'1é日\u2028#*", "\n\n", " \n", "'s", "\r\n", "word", "- [x] "]), max_size=120)
+    .map("".join)
+)
+def test_a_text_counted_from_its_cached_lines_counts_what_the_whole_text_counts(
+    counter: TokenCounter, text: str
+) -> None:
+    counter.count_by_lines(text)  # the second count is made of cached lines only
+    assert counter.count_by_lines(text) == len(counter._encoding.encode_ordinary(text))
+
+
+def test_counting_a_text_again_by_its_lines_encodes_only_the_lines_that_changed(counter: TokenCounter) -> None:
+    """The hot tier is rendered and counted on every context read: one new note must not cost the whole text."""
+    encoded: list[str] = []
+    encoding = counter._encoding
+
+    class Spy:
+        name = encoding.name
+
+        def encode_ordinary(self, text: str) -> list[int]:
+            encoded.append(text)
+            return list(encoding.encode_ordinary(text))
+
+    spied = TokenCounter(Spy())
+    lines = [f"- note {i}: {'word ' * (i % 5)}\n" for i in range(200)]
+    text = "# Hot\n\n## Notes\n" + "".join(lines)
+    first = spied.count_by_lines(text)
+    encoded.clear()
+
+    again = spied.count_by_lines(text + "- a new note\n")
+
+    assert encoded == ["- a new note\n"]
+    assert again == first + len(encoding.encode_ordinary("- a new note\n"))
+    assert again == len(encoding.encode_ordinary(text + "- a new note\n"))
