@@ -13,6 +13,7 @@ import errno
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -353,3 +354,29 @@ def test_another_error_of_the_kernel_copy_is_not_hidden(repo: GitRepo, monkeypat
     with pytest.raises(OSError) as raised:
         git_mirror.complete(mirror)
     assert raised.value.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("size", ["small", "big"])
+def test_a_copy_is_never_newer_than_the_racy_margin_so_git_does_not_hash_it_again_at_the_commit(
+    repo: GitRepo, size: str
+) -> None:
+    """git takes a file whose mtime is not older than the index (in whole seconds here) for "racily clean" and
+    hashes it again at the commit's refresh: today's 40 MB day, twice per snapshot. A copy made just now is dated
+    RACY_MARGIN_NS back; one whose source is older keeps its source's time."""
+    if size == "big":
+        big_day(repo)
+    day = repo.root / "warm" / TODAY
+    os.utime(day)  # written just now
+    old = repo.root / "cold" / "MEMORY.md"
+    week_ago = os.stat(old).st_mtime_ns - 7 * 86_400 * 10**9
+    os.utime(old, ns=(week_ago, week_ago))
+
+    before = time.time_ns()
+    tree = mirrored(repo)
+    assert tree is not None
+
+    assert os.stat(tree / "warm" / TODAY).st_mtime_ns <= before - git_mirror.RACY_MARGIN_NS + 10**9
+    assert os.stat(tree / "warm" / TODAY).st_mtime_ns < os.stat(day).st_mtime_ns
+    assert os.stat(tree / "cold" / "MEMORY.md").st_mtime_ns == week_ago
+    commit_from_mirror(repo, tree)
+    assert show(repo, f"warm/{TODAY}").encode() == day.read_bytes()
