@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from clocks import START, FixedClock
 
-from memd.config import WorkspaceConfig
+from memd.config import SnapshotConfig, WorkspaceConfig
+from memd.snapshots import Snapshotter
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -39,3 +40,15 @@ def open_alpha(tmp_path: Path, counter: TokenCounter) -> Callable[..., Workspace
         return workspace
 
     return make
+
+
+@pytest.fixture
+def ws(open_alpha: Callable[..., Workspace], io: ThreadPoolExecutor) -> Workspace:
+    """Workspace "alpha", opened, on the test's I/O threads (a module may define its own `ws`)."""
+    return open_alpha(io)
+
+
+@pytest.fixture
+def snapshots(tmp_path: Path, io: ThreadPoolExecutor) -> Snapshotter:
+    """A snapshotter whose debounce never fires by itself: a test commits when it asks."""
+    return Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)

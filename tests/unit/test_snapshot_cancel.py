@@ -9,32 +9,18 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from edits import note
 
 from memd import fsio_batch, git_mirror, snapshot_history
-from memd.config import SnapshotConfig
 from memd.gitrepo import GitRepo
 from memd.snapshots import Snapshotter
 from memd.workspace import Workspace
 
 WAIT = 30.0  # seconds: only a gate never reached gets near this (a hang detector, not a timing check)
-
-
-@pytest.fixture
-def ws(open_alpha: Callable[..., Workspace], io: ThreadPoolExecutor) -> Workspace:
-    return open_alpha(io)
-
-
-@pytest.fixture
-def snapshots(tmp_path: Path, io: ThreadPoolExecutor) -> Snapshotter:
-    return Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
 
 
 class Gate:

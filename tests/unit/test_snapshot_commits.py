@@ -7,28 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 from edits import note
 
-from memd.config import SnapshotConfig
 from memd.gitrepo import GitRepo
 from memd.snapshots import Snapshotter
 from memd.workspace import Workspace
-
-
-@pytest.fixture
-def ws(open_alpha: Callable[..., Workspace], io: ThreadPoolExecutor) -> Workspace:
-    return open_alpha(io)
-
-
-@pytest.fixture
-def snapshots(tmp_path: Path, io: ThreadPoolExecutor) -> Snapshotter:
-    return Snapshotter(SnapshotConfig(settle_seconds=60), tmp_path / "state", io)
 
 
 @pytest.fixture

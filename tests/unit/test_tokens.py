@@ -255,8 +255,9 @@ def test_a_text_longer_than_a_piece_is_counted_in_pieces_and_exactly(counter: To
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.lists(st.sampled_from([*"ab \t\n\r-.'1é日\u2028#*", "\n\n", " \n", "'s", "\r\n", "word", "- [x] "]), max_size=120)
-    .map("".join)
+    st.lists(
+        st.sampled_from([*"ab \t\n\r-.'1é日\u2028#*", "\n\n", " \n", "'s", "\r\n", "word", "- [x] "]), max_size=120
+    ).map("".join)
 )
 def test_a_text_counted_from_its_cached_lines_counts_what_the_whole_text_counts(
     counter: TokenCounter, text: str
