@@ -260,6 +260,11 @@ class Watcher:
         except Exception as exc:
             self._failed(exc)
 
+    def on_events_lost(self) -> None:
+        """watchdog 7.1.1 and later: called once every callback's `on_queue_overflow` has returned (7.1.0 never
+        calls it). Everything watched was reported as changed there already; without this method 7.1.1's reader
+        thread died on the first overflow, and outside edits went unseen until the reconcile scan."""
+
     # --- internals -------------------------------------------------------------------------------------------
 
     def _route(self, root: Path, discovery: bool, path: Path, is_directory: bool) -> None:
