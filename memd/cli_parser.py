@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this tier (repeat)")  # fmt: skip
     p.add_argument("--since", help="only items dated on or after this day, YYYY-MM-DD")
     p.add_argument("--until", help="only items dated on or before this day, YYYY-MM-DD")
-    p.add_argument("--limit", type=int, help="most hits shown (default 20)")
+    p.add_argument("--limit", type=int, help="most hits shown (default 10)")
     p.add_argument("--offset", type=int, help="hits skipped (the next page)")
 
     p = add("reindex", help="build the search index again from the files (every workspace: root and memd's uid)")

@@ -370,7 +370,10 @@ METHODS: tuple[Method, ...] = (
             Param("tiers", "strings", "only these tiers: hot, warm, cold; default all", max_len=8, max_items=3),
             Param("since", "string", "only items dated on or after this day, YYYY-MM-DD", max_len=10),
             Param("until", "string", "only items dated on or before this day, YYYY-MM-DD", max_len=10),
-            Param("limit", "integer", "most hits returned", minimum=1, maximum=200, default=20),
+            # 10, not 20: each hit is ~80 tokens of the caller's context window, and half the page is half the
+            # snippets (~0.5 ms of a search at 100,000 entries, docs/benchmarks.md figure 9); Basic Memory's
+            # search_notes pages by 10 too. More is one `limit` or `offset` away.
+            Param("limit", "integer", "most hits returned", minimum=1, maximum=200, default=10),
             Param("offset", "integer", "hits skipped, for the next page", minimum=0, maximum=10_000, default=0),
         ),
         filtered=True,

@@ -130,6 +130,21 @@ def test_paging_returns_each_page_with_its_snippets_and_says_when_there_is_more(
     with_search(tmp_path, make_workspace, body)
 
 
+def test_a_search_without_a_limit_returns_a_page_of_ten_and_says_there_is_more(
+    tmp_path: Path, make_workspace: Callable[..., Workspace]
+) -> None:
+    async def body(ws: Workspace, services: Services) -> None:
+        for i in range(12):
+            await ws.write(log(f"Rotated key {i}", f"signing key {i} rotated"))
+        first = await searched(services, workspace="alpha", query="rotated")
+        assert len(first["hits"]) == 10 and first["more"]
+        everything = await searched(services, workspace="alpha", query="rotated", limit=12)
+        assert len(everything["hits"]) == 12 and not everything["more"]
+        assert everything["hits"][:10] == first["hits"]
+
+    with_search(tmp_path, make_workspace, body)
+
+
 def test_the_background_pass_indexes_marked_workspaces_after_the_delay(
     tmp_path: Path, make_workspace: Callable[..., Workspace]
 ) -> None:
