@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck imports units pytest bench torture torture-ci eval mutate clean
+.PHONY: run test lint typecheck imports units pytest watchdog-floor bench torture torture-ci eval mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/memd run
 
-test: $(STAMP) lint typecheck imports units pytest
+test: $(STAMP) lint typecheck imports units pytest watchdog-floor
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -32,6 +32,14 @@ units:
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q
+
+# memd.watcher is built on watchdog's internal InotifyFD API: its tests run again against the oldest watchdog that
+# pyproject.toml allows (the venv holds the newest), installed beside the venv and put first on the path.
+WATCHDOG_FLOOR := $(shell sed -n 's/.*"watchdog>=\([0-9.]*\),.*/\1/p' pyproject.toml)
+watchdog-floor: $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --upgrade --target $(VENV)/watchdog-floor "watchdog==$(WATCHDOG_FLOOR)"
+	PYTHONPATH=$(VENV)/watchdog-floor $(BIN)/python -c "import watchdog.version as v; assert v.VERSION_STRING == '$(WATCHDOG_FLOOR)', v.VERSION_STRING"
+	PYTHONPATH=$(VENV)/watchdog-floor $(BIN)/pytest -q tests/unit/test_watcher.py tests/integration/test_watching.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

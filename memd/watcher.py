@@ -31,7 +31,8 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
 # watchdog>=7.1,<8 (pyproject): InotifyFD's callback API (add_callback / remove_callbacks / WatchCallback with
-# on_queue_overflow) is what this module is built on, and it is watchdog's internal interface, not its public one.
+# on_queue_overflow; on_events_lost since 7.1.1) and read_events/handle_event are what this module is built on,
+# and they are watchdog's internal interface, not its public one.
 from watchdog.observers.inotify_c import CallbackId, InotifyEvent, InotifyFD, Mask, WatchDescriptor
 from watchdog.observers.inotify_c import InotifyConstants as IN
 from watchdog.observers.polling import PollingObserver
@@ -57,6 +58,21 @@ MASK = Mask(
     | IN.IN_ONLYDIR
 )
 _NEW_DIR = IN.IN_CREATE | IN.IN_MOVED_TO
+
+
+class _Reader(InotifyFD):
+    """InotifyFD read and dispatched on one thread, as watchdog 7.1.0 does it. 7.1.1 reads on this thread and
+    dispatches on a second one through an unbounded queue: a burst no longer overflows the kernel queue, it grows
+    that queue instead, without bound while the callbacks lag. Here the kernel's queue (fs.inotify.max_queued_events)
+    stays the only place events wait, so what they cost is bounded, and its overflow is seen and answered by
+    re-checking everything (Watcher.on_queue_overflow), which is what memd is built to do."""
+
+    def run(self) -> None:
+        while self.should_keep_running():
+            for event in self.read_events():
+                self.handle_event(event)
+
+
 _LIMITS = (errno.ENOSPC, errno.EMFILE)
 
 # (root, tier or "" for the root itself, structural: a tier directory itself appeared, vanished or moved);
@@ -153,7 +169,7 @@ class Watcher:
     def start(self) -> None:
         self._running = True
         try:
-            fd = InotifyFD()
+            fd = _Reader()
         except OSError as exc:
             if exc.errno not in _LIMITS:
                 raise
@@ -263,7 +279,7 @@ class Watcher:
     def on_events_lost(self) -> None:
         """watchdog 7.1.1 and later: called once every callback's `on_queue_overflow` has returned (7.1.0 never
         calls it). Everything watched was reported as changed there already; without this method 7.1.1's reader
-        thread died on the first overflow, and outside edits went unseen until the reconcile scan."""
+        thread died at the first overflow, and outside edits went unseen until the reconcile scan."""
 
     # --- internals -------------------------------------------------------------------------------------------
 
