@@ -904,7 +904,8 @@ def test_a_branch_lock_left_on_the_remote_stops_no_push_for_good_and_is_named_un
 
     lock.unlink()  # the person's fix; the push job goes on by itself, no `memd push` needed
     wait_for(lambda: remote_head(daemon, "plain") == second, "the push to go through once the lock is gone")
-    assert snap_status(daemon, "plain")["push"]["state"] == "ok"
+    # the remote's ref moves before `git push` returns and the job records its result: wait for that too
+    wait_for(lambda: snap_status(daemon, "plain")["push"]["state"] == "ok", "the push's state to say ok")
 
 
 def test_the_divergence_advice_names_a_memd_command_that_exists(pushing: RunningDaemon, tmp_path: Path) -> None:
