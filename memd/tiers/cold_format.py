@@ -119,7 +119,9 @@ def parse_sections(text: str) -> tuple[list[Learning], list[int], list[Section]]
             continue
         heading = _heading_text(raw)
         if heading is not None:
-            category = unescape_inline(heading)
+            # interned: a burst appends each learning under a heading line of its own (append_learning_at), and
+            # the learnings a fold moves keep their objects (Learnings.reuse), so each held a copy of its category
+            category = sys.intern(unescape_inline(heading))
             sections.append(Section(start, category, len(learnings)))
             continue
         match = _LEARNING_RE.fullmatch(_content(raw))
