@@ -58,6 +58,7 @@ MASK = Mask(
     | IN.IN_ONLYDIR
 )
 _NEW_DIR = IN.IN_CREATE | IN.IN_MOVED_TO
+_LIMITS = (errno.ENOSPC, errno.EMFILE)
 
 
 class _Reader(InotifyFD):
@@ -68,12 +69,10 @@ class _Reader(InotifyFD):
     re-checking everything (Watcher.on_queue_overflow), which is what memd is built to do."""
 
     def run(self) -> None:
-        while self.should_keep_running():
+        while self.should_keep_running() and not self._closed:  # closed: every read returns nothing at once
             for event in self.read_events():
                 self.handle_event(event)
 
-
-_LIMITS = (errno.ENOSPC, errno.EMFILE)
 
 # (root, tier or "" for the root itself, structural: a tier directory itself appeared, vanished or moved);
 # called on the watcher's reader thread (or the polling thread)

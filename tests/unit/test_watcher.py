@@ -203,6 +203,22 @@ def test_an_unwatched_workspace_reports_nothing(tmp_path: Path, watcher: Watcher
     assert watcher.status()["watched"] == 1
 
 
+def test_a_reader_whose_inotify_instance_was_closed_under_it_ends_instead_of_spinning(
+    tmp_path: Path, recorder: Recorder
+) -> None:
+    w = Watcher(recorder)
+    w.start()
+    try:
+        w.watch_workspace(make_workspace(tmp_path, "alpha"))
+        fd = w._fd
+        assert fd is not None and fd.is_alive()
+        fd.close()  # closed without being stopped: every read now returns nothing at once
+        fd.join(timeout=5)
+        assert not fd.is_alive() and not w.alive
+    finally:
+        w.stop()
+
+
 def test_a_handler_exception_is_counted_and_the_reader_keeps_going(tmp_path: Path) -> None:
     calls: list[Hint] = []
 
