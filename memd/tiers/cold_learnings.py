@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import sys
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 
 from memd.textfmt import unescape_inline
@@ -80,7 +80,9 @@ class Learnings:
         self._by_content: ByContent | None = None
         self._by_date: list[Learning] | None = None
         self._counts: OrderedDict[tuple[str, ...], int] = OrderedDict()
-        self._copies: Counter[Learning] | None = None
+        # The learnings held more than once, and how many times (in most files none: a Counter of every learning
+        # was ~30 bytes more of every learning held).
+        self._copies: dict[Learning, int] | None = None
 
     @classmethod
     def parse(cls, text: str) -> Learnings:
@@ -114,11 +116,11 @@ class Learnings:
         return found
 
     def copies(self, learning: Learning) -> int:
-        """How many learnings equal to `learning` (category, date and text) the file holds."""
+        """How many learnings equal to `learning` (category, date and text), one of the file's, the file holds."""
         found = self._copies
         if found is None:
-            found = self._copies = Counter(self.items)
-        return found[learning]
+            found = self._copies = _repeated(self.items)
+        return found.get(learning, 1)
 
     def newest_first(self) -> list[Learning]:
         """cold_format.newest_first of the learnings (do not change the list: it is kept)."""
@@ -218,6 +220,9 @@ class Learnings:
         """Give `after` (these learnings and `added`, added) the caches an addition keeps true; this one no
         longer holds them (they describe `after` now). `at_end`: added after every learning there was."""
         by_content, self._by_content = self._by_content, None
+        copies, self._copies = self._copies, None
+        if copies is not None:
+            after._copies = _repeated_after(copies, by_content, added)
         if by_content is not None:
             for learning in added:
                 if (learning.category, learning.text) not in by_content:
@@ -226,15 +231,43 @@ class Learnings:
                     by_content = None
                     break
             after._by_content = by_content
-        copies, self._copies = self._copies, None
-        if copies is not None:
-            copies.update(added)
-            after._copies = copies
         counts, self._counts = self._counts, OrderedDict()
         for words in counts:
             matches = cold_format.matcher(words)
             counts[words] += sum(1 for learning in added if matches(learning))
         after._counts = counts
+
+
+def _repeated(items: list[Learning]) -> dict[Learning, int]:
+    """The learnings `items` holds more than once, and how many times."""
+    seen: set[Learning] = set()
+    repeated: dict[Learning, int] = {}
+    for learning in items:
+        if learning in seen:
+            repeated[learning] = repeated.get(learning, 1) + 1
+        else:
+            seen.add(learning)
+    return repeated
+
+
+def _repeated_after(
+    repeated: dict[Learning, int], by_content: ByContent | None, added: list[Learning]
+) -> dict[Learning, int] | None:
+    """`repeated` (_repeated) updated for `added`, told from `by_content` as it was before them (the first
+    learning of each category and text); None when that cannot tell (no lookup, or the first one alike has another
+    date: an equal one may be further down): made again when asked."""
+    if by_content is None:
+        return None
+    own: dict[Content, Learning] = {}  # the first of `added` of each category and text
+    for learning in added:
+        key = (learning.category, learning.text)
+        first = by_content.get(key) or own.setdefault(key, learning)
+        if first is learning:
+            continue  # the first of its content
+        if first.date != learning.date:
+            return None
+        repeated[learning] = repeated.get(learning, 1) + 1
+    return repeated
 
 
 class Ranked:

@@ -77,6 +77,21 @@ def test_a_run_of_insertions_keeps_every_lookup_true(document: str, inserts: lis
     assert_same(parsed, document)
 
 
+def test_learnings_appended_together_count_as_copies_of_each_other_and_of_those_before() -> None:
+    # a fold made while a burst goes on takes the blocks appended since in one piece (ColdStore.folded)
+    document = "## A\n- [2024-01-01] one\n"
+    result = document
+    for category, day, text in [("B", "2024-02-02", "two"), ("B", "2024-02-02", "two"), ("A", "2024-01-01", "one")]:
+        result = cold_format.append_learning_at(result, category, day, text)[0]
+
+    updated = with_lookups(fresh(document)).inserted(document, len(document), result[len(document) :])
+
+    assert updated is not None and updated._copies is not None
+    assert_same(updated, result)
+    assert updated.copies(Learning("B", "2024-02-02", "two")) == 2
+    assert updated.copies(Learning("A", "2024-01-01", "one")) == 2
+
+
 def test_a_learning_inserted_between_others_of_its_section_lands_between_them() -> None:
     document = "# M\n\n## A\n- [2024-01-01] one\n- [2024-01-02] two\n\n## B\n- [2024-01-03] three\n"
     at = document.index("- [2024-01-02]")
