@@ -160,12 +160,15 @@ class Searcher:
         )
         weight_args = [f.floor, f.floor, half, half, f.today.toordinal()]
         cap = CANDIDATES + len(seen) + limit
+        # CROSS JOIN: the candidates first, each one's document by its id. Left free, SQLite 3.51 (and 3.40 once
+        # `ANALYZE` statistics exist) reads every document of the workspace through docs_by_age and probes the
+        # candidates instead: 29 ms against 0.7 ms for a word of 2,800 matches in 100,000 entries.
         while True:
             sql = (
                 f"WITH cand AS MATERIALIZED (SELECT rowid AS id, bm25({table}, {HEADING_WEIGHT}, 1.0) AS r "
                 f"FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) "
                 f"SELECT {_DOC_COLUMNS}, -cand.r * {weight} AS score, (SELECT count(*) FROM cand) "
-                f"FROM cand JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
+                f"FROM cand CROSS JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
             )
             found = self.conn.execute(sql, [user, cap, *weight_args, *args, limit + len(seen)]).fetchall()
             skip = set(seen)
