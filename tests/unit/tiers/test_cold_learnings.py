@@ -40,6 +40,7 @@ def assert_same(updated: Learnings, text: str) -> None:
 def with_lookups(parsed: Learnings) -> Learnings:
     """`parsed`, its lookups made (so that an insertion hands them on rather than the next read making them)."""
     parsed.by_content()
+    parsed.newest_first()
     for topic in TOPICS:
         parsed.relevant_count(topic)
     if parsed.items:
@@ -111,8 +112,8 @@ def test_an_insertion_hands_its_lookups_on_and_the_learnings_before_it_keep_none
 
     after = before.inserted(document, at, added)
 
-    assert after is not None and after._by_content is not None and after._counts
-    assert before._by_content is None and not before._counts and before._copies is None
+    assert after is not None and after._by_content is not None and after._counts and after._by_date is not None
+    assert before._by_content is None and not before._counts and before._copies is None and before._by_date is None
 
 
 def ranked_the_plain_way(ranked: list[Learning], learnings: list[Learning], topic: str) -> list[Learning]:
