@@ -145,7 +145,7 @@ def render_cold(learnings: Sequence[Learning] | Ranked, counter: TokenCounter, b
     misses = 0
     for learning in learnings:
         prefix = f"[{learning.category}] " if learning.category else ""
-        line = cold_format.render_learning(learning.date, prefix + learning.text)
+        line = cold_format.shown_learning(learning.date, prefix + learning.text)
         cost = counter.count_piece(line)
         if used + cost > budget:
             misses += 1

@@ -157,8 +157,15 @@ def _check_day(day: str) -> None:
 
 
 def render_learning(day: str, text: str) -> str:
-    """One learning line. A `day` that is not a YYYY-MM-DD calendar date raises ValueError."""
+    """One learning line to write. A `day` that is not a YYYY-MM-DD calendar date raises ValueError."""
     _check_day(day)
+    return shown_learning(day, text)
+
+
+def shown_learning(day: str, text: str) -> str:
+    """One learning line as read back from MEMORY.md, for a read to show: `day` as the file has it, which the
+    parse only held to the YYYY-MM-DD shape (a person's `2026-02-30` is shown as typed; checking it here made
+    every `cold.get` and `context.get` of the workspace fail until the file was fixed)."""
     return f"- [{day}] {escape_inline(text)}\n"
 
 

@@ -4,7 +4,8 @@ not become structure: a real daemon, its real socket, files saved the way editor
 - non-standard JSON in hot/context.json (NaN, Infinity, a number that overflows to Infinity, a key twice) is a
   storage error like any other invalid hot file: reported, never written back, the last good state kept;
 - a tier file past its size cap is refused by its size alone, without reading it;
-- no stored value renders as more than one line in `context.get`, whatever line break it holds.
+- no stored value renders as more than one line in `context.get`, whatever line break it holds;
+- a learning a person dated on no calendar day (`2026-02-30`) is read as written: every read still answers.
 """
 
 from __future__ import annotations
@@ -211,3 +212,24 @@ def _escaped(text: str) -> str:
     from memd.textfmt import escape_inline
 
     return escape_inline(text)
+
+
+def test_a_learning_dated_on_no_calendar_day_is_read_as_written_and_every_read_still_answers(
+    memd: RunningDaemon, ws: str
+) -> None:
+    # A person's typo in MEMORY.md: the line is a learning by its shape (`- [NNNN-NN-NN] text`), its date no day.
+    memd.call("cold.learn", workspace=ws, category="Ops", learning="rotate the keys")
+    memory = memd.root / "ws" / ws / "cold" / "MEMORY.md"
+    text = memory.read_text(encoding="utf-8")
+    save_like_an_editor(memory, text.replace("- [", "- [2026-02-30] restart the cache after a deploy\n- [", 1).encode())
+
+    learnings = memd.call("cold.get", workspace=ws)["text"]
+    context = memd.call("context.get", workspace=ws)["text"]
+    topical = memd.call("context.get", workspace=ws, topic="cache")["text"]
+
+    typo = "- [2026-02-30] [Ops] restart the cache after a deploy"
+    for read in (learnings, context):
+        assert typo in read.splitlines()
+        assert "rotate the keys" in read
+    assert typo in topical.splitlines()
+    assert memd.call("memory.search", workspace=ws, query="restart deploy")["hits"]
