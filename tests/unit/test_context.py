@@ -14,6 +14,7 @@ from clocks import START, FixedClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memd import context
 from memd.batch import Draft
 from memd.config import BudgetConfig, WorkspaceConfig
 from memd.context import COLD_MISSES, build_context, render_cold, render_hot, render_warm
@@ -158,7 +159,7 @@ def test_cold_passes_over_a_learning_too_long_for_the_room_left_but_does_not_rea
     counter: TokenCounter,
 ) -> None:
     short = [cold_format.Learning("Ops", "2026-01-01", f"short {i}") for i in range(3)]
-    long = [cold_format.Learning("Ops", "2026-01-01", "long " + "word " * 40) for _ in range(20_000)]
+    long = [cold_format.Learning("Ops", "2026-01-01", f"long {i} " + "word " * 40) for i in range(20_000)]
     looked_at: list[str] = []
 
     class Counting(TokenCounter):
@@ -172,6 +173,32 @@ def test_cold_passes_over_a_learning_too_long_for_the_room_left_but_does_not_rea
     assert [lr.text for lr in section.learnings] == ["short 0", "short 1"]  # the long one passed over, not the end
     assert section.omitted == len(long) + 1
     assert len(looked_at) == 4 + COLD_MISSES  # the heading, two that fitted, one passed over, then COLD_MISSES
+
+
+def test_a_learning_read_again_is_not_rendered_or_counted_again_and_the_lines_kept_are_bounded(
+    counter: TokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(context, "LINES_KEPT", 50)
+    looked_at: list[str] = []
+
+    class Counting(TokenCounter):
+        def count_piece(self, piece: str) -> int:
+            looked_at.append(piece)
+            return super().count_piece(piece)
+
+    counting = Counting(counter._encoding)
+    learnings = [cold_format.Learning("Ops", "2026-01-01", f"learning {i}") for i in range(40)]
+    first = render_cold(learnings, counting, 10_000)
+    counted = len(looked_at)
+
+    again = render_cold(learnings, counting, 10_000)
+    edited = render_cold([learnings[0]._replace(text="learning 0, edited"), *learnings[1:]], counting, 10_000)
+
+    assert again == first and counted == 41  # the heading and each learning once
+    assert looked_at[counted:] == [looked_at[0], looked_at[0], "- [2026-01-01] [Ops] learning 0, edited\n"]
+    assert edited.text == first.text.replace("learning 0\n", "learning 0, edited\n")
+    render_cold([lr._replace(date="2026-01-02") for lr in learnings], counting, 10_000)
+    assert len(context._lines[counting]) == 50
 
 
 # --- what is kept --------------------------------------------------------------------------------------------
