@@ -12,7 +12,8 @@ The document is kept as the JSON objects they are on disk so that fields memd do
 Each edit returns a new dict (copy-on-write of the fields it touches) and never mutates its input, which lets
 the workspace writer apply a batch to a draft and drop it whole if the disk write fails.
 Only standard JSON is accepted (no NaN or Infinity, no number that overflows a double, no key twice in one
-object): what memd cannot write back exactly it refuses, like any other invalid file.
+object, no half of a UTF-16 surrogate pair): what memd cannot write back exactly it refuses, like any other
+invalid file.
 Imports memd.errors and memd.textfmt.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -88,8 +90,9 @@ def parse(data: bytes, where: str) -> HotDoc:
     """Parse context.json or memd.json. A file that is not a JSON object with well-typed known fields raises
     CorruptFile."""
     try:
+        text = data.decode("utf-8")
         doc = json.loads(
-            data.decode("utf-8"),
+            text,
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
             object_pairs_hook=_unique_keys,
@@ -100,6 +103,7 @@ def parse(data: bytes, where: str) -> HotDoc:
         raise CorruptFile(f"{where} is not valid JSON ({exc}); fix or restore it, memd will not overwrite it") from None
     except RecursionError:
         raise CorruptFile(f"{where} nests arrays or objects too deeply to read; memd will not overwrite it") from None
+    _refuse_lone_surrogates(doc, text, where)
     if not isinstance(doc, dict):
         raise CorruptFile(
             f"{where} must hold a JSON object, not {_JSON_TYPES.get(type(doc), 'a number')}; expected "
@@ -124,6 +128,24 @@ def parse(data: bytes, where: str) -> HotDoc:
 
 
 _JSON_TYPES = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # what a \uD800-\uDFFF escape starts with
+
+
+def _refuse_lone_surrogates(doc: Any, text: str, where: str) -> None:
+    """JSON may escape half of a UTF-16 pair (`"\\ud800"`) and Python reads it as a string no UTF-8 file can hold:
+    adopted, every write of the file failed (an internal error), and so did logging the value to warm, a
+    checkpoint and the search index. Only a file that has such an escape is looked at again."""
+    if _SURROGATE_ESCAPE.search(text) is None:
+        return
+    try:
+        _ENCODER.encode(doc).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CorruptFile(
+            f"{where} holds \\u{ord(exc.object[exc.start]):04x}, half of a UTF-16 surrogate pair without the other "
+            "half: no UTF-8 text can hold it; fix the escape, memd will not overwrite the file"
+        ) from None
+    except RecursionError:
+        raise CorruptFile(f"{where} nests arrays or objects too deeply to read; memd will not overwrite it") from None
 
 
 def expected_shape() -> str:

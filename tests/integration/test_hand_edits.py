@@ -4,7 +4,8 @@ error the caller can act on (CorruptFile, a checkpoint refused), and the daemon 
 
 One real daemon, one workspace per case: it is filled through the protocol, then one file is saved the way editors
 save (a temporary file renamed over it) holding one mistake, then every method that reads or writes a tier is
-called. (A learning dated `2026-02-30` failed every `cold.get` and `context.get` this way until 2727b4a.)
+called. (A learning dated `2026-02-30` failed every `cold.get` and `context.get` this way until 2727b4a, and half a
+UTF-16 surrogate pair escaped in a hot file, `"\\ud800"`, every write of the hot tier.)
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ CASES: dict[str, tuple[str, Edit]] = {
     "files-of-every-type": ("hot/context.json", hot_json(lambda d: d.update(files_modified=["a.py", 3, None, {}]))),
     "pending-an-object": ("hot/context.json", hot_json(lambda d: d.update(pending_actions={"a": 1}))),
     "a-number-past-float": ("hot/context.json", lambda text: text.replace('"the task"', "1" + "0" * 400)),
+    "half-a-surrogate-in-a-note": ("hot/memd.json", lambda text: text.replace("note one", "note \\ud800 one")),
+    "half-a-surrogate-in-the-task": ("hot/context.json", lambda text: text.replace("the task", "the \\udfff task")),
     "hot-empty": ("hot/context.json", lambda text: ""),
     "hot-a-list": ("hot/context.json", lambda text: "[]"),
     # cold/MEMORY.md and cold/PROPOSED.md

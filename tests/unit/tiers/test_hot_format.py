@@ -326,6 +326,31 @@ def test_parse_refuses_what_the_json_module_cannot_read_as_a_corrupt_file(data: 
     assert WHERE in error.value.message
 
 
+@pytest.mark.parametrize(
+    ("data", "half"),
+    [
+        (rb'{"task": "bad \ud800 surrogate"}', "\\ud800"),
+        (rb'{"notes": [{"id": "n-1", "text": "tail \uDFFF"}]}', "\\udfff"),
+        (rb'{"files_modified": ["a.py", "\ud83d"]}', "\\ud83d"),  # the first half of an emoji alone
+        (rb'{"extra \udc00 key": 1}', "\\udc00"),
+    ],
+)
+def test_parse_refuses_half_a_surrogate_pair_which_no_utf8_file_can_hold(data: bytes, half: str) -> None:
+    with pytest.raises(CorruptFile) as error:
+        hot_format.parse(data, WHERE)
+
+    assert WHERE in error.value.message
+    assert half in error.value.message and "surrogate" in error.value.message
+
+
+def test_parse_reads_a_whole_surrogate_pair_and_an_escaped_backslash_before_u() -> None:
+    doc = hot_format.parse(rb'{"task": "ship it \ud83d\ude80", "current_step": "C:\\udc00 is a folder"}', WHERE)
+
+    assert doc["task"] == "ship it \U0001f680"
+    assert doc["current_step"] == "C:\\udc00 is a folder"
+    assert hot_format.parse(hot_format.serialize(doc), WHERE) == doc
+
+
 def test_parse_accepts_large_finite_numbers_and_equal_keys_in_different_objects() -> None:
     doc = hot_format.parse(b'{"a": 1.7976931348623157e308, "b": -1e308, "x": {"a": 1}, "y": [{"a": 2}]}', WHERE)
 
