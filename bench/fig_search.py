@@ -89,7 +89,7 @@ def _writes(s: Settings) -> dict[str, list[Any]]:
     template = [rpc_templates("warm.log", {**warm_params(), "workspace": WS})]
     try:
         daemons["on"].call("memory.search", workspace=WS, query="warmup")  # the initial build is done
-        for rep in range(max(s.reps, 3)):  # cheap, and noisy on a shared machine: three at least
+        for rep in range(max(s.reps, 5)):  # cheap, and noisy on a shared machine: five turns at least
             for mode in ("on", "off") if rep % 2 == 0 else ("off", "on"):  # interleaved, each first in turn
                 d = daemons[mode]
                 cpu0 = proc_cpu_seconds(d.pid)
@@ -143,8 +143,12 @@ def fig9_search(s: Settings) -> list[Row]:
     on, off = [x.rate for x in w["on"]], [x.rate for x in w["off"]]
     rows += [
         Row("9", "warm.log 16 clients, search on (10,000 entries indexed)", "/s", on, "search off", off,
-            "within 10% (>= 0.9x)", ("ratio>=", 0.9),
             note="the index takes a burst in once it pauses (index_delay_seconds), or every index_max_wait_seconds"),
+        # The target is judged turn by turn: the machine's write rate drifts by a quarter within this figure's
+        # minute (7,000/s to 5,300/s, both modes alike), so a ratio of two medians mixes turns of different speed.
+        Row("9", "warm.log 16 clients, search on / off in the same turn", "x",
+            [a / b for a, b in zip(on, off, strict=True) if b], target="within 10% (>= 0.9x)", check=(">=", 0.9),
+            note="each turn runs both daemons back to back, which one first alternating"),
         Row("9", "first search after a 16-client run (indexes the run's writes)", "ms",
             [x * 1000 for x in w["catch_up"]], compare=False),
         Row("9", "warm.log 16 clients, search on: p99", "ms", [x.pct(99) * 1000 for x in w["on"]], "search off p99",

@@ -24,10 +24,13 @@ SNIPPET_TOKENS = 16
 HEADING_WEIGHT = 2.0  # a match in an entry's heading (action, category) counts twice one in its body
 # A query ranks at most this many matches, the newest (by row id: files are indexed oldest day first, and an
 # append or a rewrite gets new ids): BM25 is computed per match, so a word in a third of 100,000 entries would
-# otherwise cost ~90 ms. Older matches weigh less anyway (warm decays); more words or `until` reach them. 200, not
-# 500: each candidate costs ~1.3 µs of BM25 (its column sizes are a lookup), and 200 is ten pages of the default
-# limit; at 100,000 entries it takes the bench's median query from 4.1 to 3.0 ms (docs/benchmarks.md, figure 9).
-CANDIDATES = 200
+# otherwise cost ~90 ms. Older matches weigh less anyway (warm decays); more words, `until` or paging reach them
+# (the window grows by the offset asked for). 100: ten pages of the default page of 10 hits (200 was ten pages
+# of the page of 20 before stop 39). Each candidate costs its BM25 (column sizes and positions, two lookups) and
+# its document row, memory a query touches once after the machine idled: at 100,000 entries, with a `grep -r`
+# between queries, 100 instead of 200 takes the bench's median query from 2.74-2.79 to 2.41-2.63 ms
+# (docs/benchmarks.md, figure 9).
+CANDIDATES = 100
 # The longest a query may hold its connection. FTS5 matches a phrase by walking the positions of each of its
 # tokens, so a phrase that repeats a token against text that repeats it too costs their product: a 300-character
 # run of one letter searched in a 100,000-character one takes seconds, 2,000 characters minutes and gigabytes.
