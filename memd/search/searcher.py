@@ -31,6 +31,11 @@ HEADING_WEIGHT = 2.0  # a match in an entry's heading (action, category) counts 
 # between queries, 100 instead of 200 takes the bench's median query from 2.74-2.79 to 2.41-2.63 ms
 # (docs/benchmarks.md, figure 9).
 CANDIDATES = 100
+# Row ids, which follow indexing order, come from two ranges (memd.search.store allocates them): the warm tier's
+# documents below CURATED_IDS, the hot and cold tiers' (a person's curated learnings, the session's notes: neither
+# decays) from it up, so a ranking's newest matches (by row id) begin with theirs (see Searcher._ranked).
+CURATED_IDS = 1 << 40
+MAX_ID = 1 << 62
 # The longest a query may hold its connection. FTS5 matches a phrase by walking the positions of each of its
 # tokens, so a phrase that repeats a token against text that repeats it too costs their product: a 300-character
 # run of one letter searched in a 100,000-character one takes seconds, 2,000 characters minutes and gigabytes.
@@ -120,18 +125,16 @@ class Searcher:
         # One workspace and one tier (a topic's ranking, most searches) as equalities: then the index on
         # (workspace, tier, dayn) hands the rows over newest first, and a scan stops at its limit (an IN list over
         # json_each hides that order from SQLite: it sorts every match, ~15 ms for 20,000 learnings).
-        one = len(f.scope) == 1, len(f.tiers) == 1
+        one = len(f.tiers) == 1
+        scope, args = self._scope(f, "d")
         sql = [
-            "d.workspace = ?" if one[0] else "d.workspace IN (SELECT value FROM json_each(?))",
-            "d.tier = ?" if one[1] else "d.tier IN (SELECT value FROM json_each(?))",
+            scope,
+            "d.tier = ?" if one else "d.tier IN (SELECT value FROM json_each(?))",
             # an archived day that is also still in warm/ (a sweep stopped between archive and unlink) counts once
             "NOT (d.archived AND EXISTS (SELECT 1 FROM files f WHERE f.workspace = d.workspace "
             "AND f.file = 'warm/' || d.date || '.md'))",
         ]
-        args: list[Any] = [
-            f.scope[0] if one[0] else json.dumps(list(f.scope)),
-            f.tiers[0] if one[1] else json.dumps(list(f.tiers)),
-        ]
+        args.append(f.tiers[0] if one else json.dumps(list(f.tiers)))
         if f.since is not None:
             sql.append("d.date >= ?")
             args.append(f.since)
@@ -139,6 +142,13 @@ class Searcher:
             sql.append("d.date <= ?")
             args.append(f.until)
         return " AND ".join(sql), args
+
+    @staticmethod
+    def _scope(f: Filters, alias: str) -> tuple[str, list[Any]]:
+        """The condition on `alias`.workspace for the scope (one workspace as an equality: see _where)."""
+        if len(f.scope) == 1:
+            return f"{alias}.workspace = ?", [f.scope[0]]
+        return f"{alias}.workspace IN (SELECT value FROM json_each(?))", [json.dumps(list(f.scope))]
 
     def _ranked(
         self,
@@ -163,17 +173,29 @@ class Searcher:
         )
         weight_args = [f.floor, f.floor, half, half, f.today.toordinal()]
         cap = CANDIDATES + len(seen) + limit
+        # The candidates: the newest `cap` matches, and before them those of the hot and cold tiers, whose row ids
+        # are above every warm one (CURATED_IDS): the window grows by how many documents those tiers hold in the
+        # scope, up to CANDIDATES more, so that a day of warm entries naming a word does not crowd out a learning
+        # that names it (a learning and the hot notes do not decay). Counting the documents costs a look at
+        # docs_by_age; a second FTS5 window over the curated ids costs a seek into every term's doclist, ~55-160 us
+        # for a frequent word at 100,000 entries even when nothing is there.
+        scope, scope_args = self._scope(f, "c")
         # CROSS JOIN: the candidates first, each one's document by its id. Left free, SQLite 3.51 (and 3.40 once
         # `ANALYZE` statistics exist) reads every document of the workspace through docs_by_age and probes the
         # candidates instead: 29 ms against 0.7 ms for a word of 2,800 matches in 100,000 entries.
+        sql = (
+            f"WITH curated AS (SELECT count(*) AS n FROM (SELECT 1 FROM docs c WHERE {scope} "
+            "AND c.tier IN ('hot', 'cold') LIMIT ?)), "
+            f"cand AS MATERIALIZED (SELECT rowid AS id, bm25({table}, {HEADING_WEIGHT}, 1.0) AS r "
+            f"FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ? + (SELECT n FROM curated)) "
+            f"SELECT {_DOC_COLUMNS}, -cand.r * {weight} AS score, "
+            "(SELECT count(*) FROM cand) - (SELECT n FROM curated) "
+            f"FROM cand CROSS JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
+        )
         while True:
-            sql = (
-                f"WITH cand AS MATERIALIZED (SELECT rowid AS id, bm25({table}, {HEADING_WEIGHT}, 1.0) AS r "
-                f"FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) "
-                f"SELECT {_DOC_COLUMNS}, -cand.r * {weight} AS score, (SELECT count(*) FROM cand) "
-                f"FROM cand CROSS JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
-            )
-            found = self.conn.execute(sql, [user, cap, *weight_args, *args, limit + len(seen)]).fetchall()
+            found = self.conn.execute(
+                sql, [*scope_args, CANDIDATES, user, cap, *weight_args, *args, limit + len(seen)]
+            ).fetchall()
             skip = set(seen)
             ranked = [row for row in found if row[0] not in skip][:limit]
             candidates = found[0][_COUNT] if found else self._count(table, user, cap)

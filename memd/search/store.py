@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from memd.search.documents import DayTail, Doc
-from memd.search.searcher import Searcher
+from memd.search.searcher import CURATED_IDS, MAX_ID, Searcher
 
-SCHEMA_VERSION = 3  # 2: docs_by_age; 3: prefix indexes
+SCHEMA_VERSION = 4  # 2: docs_by_age; 3: prefix indexes; 4: the curated tiers' row ids apart
+# Row ids come from two ranges, the warm tier's and the curated tiers' (memd.search.searcher.CURATED_IDS).
+_ID_RANGES = {False: (1, CURATED_IDS), True: (CURATED_IDS, MAX_ID)}
 # A prefix query (`repl*`) reads the doclist of every word that starts with it and merges them, unless FTS5 keeps
 # an index of prefixes of exactly that length. Short prefixes match the most words, so those are indexed: at
 # 100,000 entries, after a grep, `ru*` 8.3 -> 1.4 ms, `cach*` 4.2 -> 1.6 ms, `repl*` 1.4 -> 0.9 ms (the bench's
@@ -226,6 +228,7 @@ class Store:
         middle of the file, and indexing all of it again after each cost the size of the file (FTS5 forgets a row
         only when given its text again, and tokenizes every row it inserts, in two tables)."""
         archived = int(file.startswith("warm/archive/"))
+        ids = _ID_RANGES[not file.startswith("warm/")]
         rows = (
             (d.tier, d.kind, d.date, _ordinal(d.date), d.time, d.line_start, d.line_end, d.heading, d.body, d.ref)
             for d in docs
@@ -234,29 +237,39 @@ class Store:
             if from_line is None and not self._bulk:
                 self._load_incoming(rows)
                 self._keep_indexed(workspace, file)
-                first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
+                first = self._first_id(ids)
                 added = self.conn.execute(
-                    f"INSERT INTO docs({_COLUMNS}) SELECT ?, ?, {_INCOMING_COLUMNS}, ? FROM temp.incoming "
-                    "WHERE seq NOT IN (SELECT seq FROM temp.kept) ORDER BY seq",
-                    (workspace, file, archived),
+                    f"INSERT INTO docs(id, {_COLUMNS}) SELECT ? - 1 + row_number() OVER (ORDER BY seq), ?, ?, "
+                    f"{_INCOMING_COLUMNS}, ? FROM temp.incoming WHERE seq NOT IN (SELECT seq FROM temp.kept) "
+                    "ORDER BY seq",
+                    (first, workspace, file, archived),
                 ).rowcount
                 self._clear_scratch()  # the file's text is not kept a moment longer than the comparison
             else:
                 where = "workspace = ? AND file = ?" + ("" if from_line is None else " AND line_start >= ?")
                 self._delete(where, (workspace, file) if from_line is None else (workspace, file, from_line))
-                first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
+                first = self._first_id(ids)
                 added = self.conn.executemany(
-                    f"INSERT INTO docs({_COLUMNS}) VALUES (?, ?, {', '.join('?' * 10)}, ?)",
-                    ((workspace, file, *row, archived) for row in rows),
+                    f"INSERT INTO docs(id, {_COLUMNS}) VALUES (?, ?, ?, {', '.join('?' * 10)}, ?)",
+                    ((doc_id, workspace, file, *row, archived) for doc_id, row in enumerate(rows, first)),
                 ).rowcount
             if not self._bulk:
                 for table in _FTS:
                     self.conn.execute(
-                        f"INSERT INTO {table}(rowid, heading, body) SELECT id, heading, body FROM docs WHERE id >= ?",
-                        (first,),
+                        f"INSERT INTO {table}(rowid, heading, body) SELECT id, heading, body FROM docs "
+                        "WHERE id >= ? AND id < ?",
+                        (first, ids[1]),
                     )
             self._put_file(workspace, file, state)
         return int(added)
+
+    def _first_id(self, ids: tuple[int, int]) -> int:
+        """The row id after the highest one in the range `ids` (its start when it is empty)."""
+        return int(
+            self.conn.execute(
+                "SELECT coalesce(max(id) + 1, ?) FROM docs WHERE id >= ? AND id < ?", (ids[0], *ids)
+            ).fetchone()[0]
+        )
 
     def _load_incoming(self, rows: Iterable[tuple[Any, ...]]) -> None:
         """The file's documents now, in order, into the scratch table `temp.incoming`.

@@ -568,6 +568,30 @@ def test_a_frequent_word_ranks_its_newest_matches_and_a_small_scope_still_finds_
     assert own["heading"] == "cache cleared in small"
 
 
+def test_a_frequent_word_ranks_the_curated_tiers_matches_however_many_newer_warm_entries_hold_it(
+    store: Store, ws: Source, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ranking window holds the newest matches of the warm tier, which grows all day; a learning and the hot
+    # notes do not decay, and a day's worth of warm entries naming the same word must not push them out of it.
+    monkeypatch.setattr(searcher, "CANDIDATES", 5)
+    (ws.root / "cold" / "MEMORY.md").write_text("## Cache\n- [2026-01-05] the cache evicts LRU\n", encoding="utf-8")
+    write_hot(ws.root, ["the cache is cold after a deploy"])
+    indexer.sync(store, ws, ALL_TIERS)
+    said = "after the deploy every node of the cluster was warmed again and the cache took minutes to fill"
+    weak = [entry(f"0{i % 10}:00:00", f"warmed the nodes {i}", said) for i in range(20)]
+    weak[10] = entry("05:00:00", "cache flushed")  # the 10th newest: the last the warm window holds (5 + 5)
+    write_day(ws.root, TODAY, *weak)
+    indexer.sync(store, ws, frozenset({"warm"}))  # indexed after: the warm rows are the newest
+
+    # The short texts rank above the long entries that mention the word once; they must be ranked at all: the
+    # two curated documents, and the warm window still reaches as far as it would without them.
+    hits = search(store, "cache", limit=5)
+    assert {h["tier"] for h in hits[:3]} == {"cold", "hot", "warm"}
+    assert "cache flushed" in [h["heading"] for h in hits[:3]]
+    (learning,) = search(store, "cache", filters(tiers=("cold",)), limit=5)
+    assert learning["heading"] == "Cache"
+
+
 @pytest.mark.parametrize("tiers", [("hot", "warm", "cold"), ("cold",)])
 def test_a_ranking_looks_up_only_its_candidates_documents_whatever_statistics_sqlite_holds(
     store: Store, ws: Source, tiers: tuple[str, ...]
@@ -587,10 +611,12 @@ def test_a_ranking_looks_up_only_its_candidates_documents_whatever_statistics_sq
     finally:
         store.conn.set_trace_callback(None)
 
-    ranking = next(sql for sql in statements if sql.startswith("WITH cand"))
+    ranking = next(sql for sql in statements if "cand AS MATERIALIZED" in sql)
     plan = [row[3] for row in store.conn.execute("EXPLAIN QUERY PLAN " + ranking)]
     assert "SEARCH d USING INTEGER PRIMARY KEY (rowid=?)" in plan
-    assert not [step for step in plan if "docs_by_age" in step or step.startswith("SCAN d")]
+    # (docs_by_age counts the scope's hot and cold documents, as `c`: how far the window reaches)
+    assert not [step for step in plan if step.startswith(("SCAN d", "SEARCH d USING INDEX docs_by_age"))]
+    assert not [step for step in plan if "docs_by_age" in step and not step.startswith("SEARCH c USING COVERING")]
 
 
 def test_prefix_queries_of_every_length_find_exactly_the_words_that_start_so(store: Store, tmp_path: Path) -> None:
