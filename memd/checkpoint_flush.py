@@ -13,7 +13,7 @@ from typing import Any
 from memd.batch import Draft
 from memd.checkpoint_plan import keyed
 from memd.tiers.digests import DigestSet
-from memd.tiers.warm_format import FLUSHED_NOTE, flush_identity
+from memd.tiers.warm_format import FLUSHED_NOTE, entry_flush_identity, flush_identity
 from memd.workspace import Workspace
 
 
@@ -43,10 +43,10 @@ def flush_to_warm(
     today = draft.local.date()
     for day in ws.warm.recent_days(today, ws.config.warm.recent_days):  # parsed already: parse_recent_days
         for e in ws.warm.entries_for(day):
-            seen.add(flush_identity(e.action, dict(e.details)))
+            seen.add(entry_flush_identity(e))
         let_go.append(ws.warm.let_go_identities(day))
     for e in draft.warm:
-        seen.add(flush_identity(e.action, dict(e.details)))
+        seen.add(entry_flush_identity(e))
     flushed = 0
     for key, entry, kind in removed:
         if kind == "note":

@@ -168,10 +168,16 @@ class ExtractiveSummarizer:
                 continue
             stamp = f"[{e.ts[:16]}] " if e.ts else ""
             prefix = f"- {stamp}{'Decided: ' if e.kind == 'decision' else ''}"
-            keep = [s for i, s in enumerate(parts) if i == 0 or _score(s) > 0]
-            best = parts[0] if _score(parts[0]) > 0 or len(parts) == 1 else max(parts, key=_score)
+            scores = [_score(s) for s in parts]  # once each: the regexes are most of a checkpoint's own time
+            kept = [i for i, score in enumerate(scores) if i == 0 or score > 0]
+            best = 0 if scores[0] > 0 or len(parts) == 1 else max(range(len(parts)), key=scores.__getitem__)
             out.append(
-                _Bullet(len(out), f"{prefix}{' '.join(keep)}\n", f"{prefix}{best}\n", sum(_score(s) for s in keep))
+                _Bullet(
+                    len(out),
+                    f"{prefix}{' '.join(parts[i] for i in kept)}\n",
+                    f"{prefix}{parts[best]}\n",
+                    sum(scores[i] for i in kept),
+                )
             )
         return out
 

@@ -69,7 +69,7 @@ class Parsed:
         drop = min(excess, self.resume.entries - self.first)
         if drop > 0:
             for entry in self.entries[:drop]:
-                identity = warm_format.flush_identity(entry.action, dict(entry.details))
+                identity = warm_format.entry_flush_identity(entry)
                 if identity is not None:
                     self.let_go.add(identity)
             del self.entries[:drop]
@@ -231,7 +231,7 @@ def head_identities(data: bytes, zoneless_as_written: bool) -> list[bytes]:
         end = starts[k + 1] if k + 1 < len(starts) else len(data)
         current = zoneless_as_written or (bool(zoned) and zoned[0] < start)
         entries, _ = warm_format.parse_day_bytes(data[start:end], Resume(start, k, current, current))
-        identity = warm_format.flush_identity(entries[0].action, dict(entries[0].details))
+        identity = warm_format.entry_flush_identity(entries[0])
         if identity is not None:
             found.append(identity)
     return found
