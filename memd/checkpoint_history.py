@@ -115,13 +115,14 @@ async def show(snapshots: Snapshotter, ws: Workspace, checkpoint_id: str) -> dic
         before = await doc_at(snapshots, ws, record["pre_commit"])
         after = await doc_at(snapshots, ws, record["post_commit"]) if record.get("post_commit") else ws.hot.doc
         summary = str(after.get("summary") or "")  # the summary this checkpoint wrote
-        by_list = record.get("compressed_by_list")
+        by_list = record.get("compressed_by_list")  # records before stop 41
+        every = record.get("compressed")
         for kind, field in (("decision", "decisions"), ("note", "notes")):
             before_keyed = keyed(list(before.get(field) or []))
-            if isinstance(by_list, dict):
+            if isinstance(by_list, dict) or isinstance(every, list):
                 # The record's keys are those of the pre-state; keying what is left afresh would renumber a twin
                 # (`sha256:…#1` becomes `sha256:…`) and hide its compressed copy.
-                compressed = set(by_list.get(field) or [])
+                compressed = set(by_list.get(field) or []) if isinstance(by_list, dict) else set(every or [])
                 originals += [{"kind": kind, **e} for k, e in before_keyed if k in compressed]
                 continue
             remaining = {k for k, _ in keyed(list(after.get(field) or []))}
