@@ -43,11 +43,12 @@ MAX_ID = 1 << 62
 # falls back to substring matching (context.get's topic ranking), and the next query is not held up behind it.
 QUERY_SECONDS = 5.0
 _PROGRESS_STEPS = 1000  # SQLite virtual-machine steps between two looks at the clock
-# A hit's row: its document's columns in this order, then, from a ranking, its score and the candidates' count.
+# A hit's row: its document's columns in this order, then, from a ranking, its score, the candidates' count and
+# how many of them are warm.
 _DOC_COLUMNS = (
     "d.id, d.workspace, d.tier, d.kind, d.file, d.date, d.time, d.line_start, d.line_end, d.heading, d.ref, d.body"
 )
-_SCORE, _COUNT = 12, 13
+_SCORE, _COUNT, _WARM = 12, 13, 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,25 +181,43 @@ class Searcher:
         # docs_by_age; a second FTS5 window over the curated ids costs a seek into every term's doclist, ~55-160 us
         # for a frequent word at 100,000 entries even when nothing is there.
         scope, scope_args = self._scope(f, "c")
-        # CROSS JOIN: the candidates first, each one's document by its id. Left free, SQLite 3.51 (and 3.40 once
-        # `ANALYZE` statistics exist) reads every document of the workspace through docs_by_age and probes the
-        # candidates instead: 29 ms against 0.7 ms for a word of 2,800 matches in 100,000 entries.
-        sql = (
-            f"WITH curated AS (SELECT count(*) AS n FROM (SELECT 1 FROM docs c WHERE {scope} "
-            "AND c.tier IN ('hot', 'cold') LIMIT ?)), "
-            f"cand AS MATERIALIZED (SELECT rowid AS id, bm25({table}, {HEADING_WEIGHT}, 1.0) AS r "
-            f"FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ? + (SELECT n FROM curated)) "
-            f"SELECT {_DOC_COLUMNS}, -cand.r * {weight} AS score, "
-            "(SELECT count(*) FROM cand) - (SELECT n FROM curated) "
-            f"FROM cand CROSS JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
-        )
+        bm25 = f"SELECT rowid AS id, bm25({table}, {HEADING_WEIGHT}, 1.0) AS r FROM {table} WHERE {table} MATCH ?"
+        # A scope with more hot and cold documents than that (a MEMORY.md of thousands of learnings) can fill the
+        # window with theirs when a word matches many of them; then the ranking is asked again with two windows,
+        # the newest `cap` matches of each range (each one's BM25 counts the word's matches again for its IDF:
+        # paid only then).
+        windows = {
+            False: (
+                f"WITH curated AS (SELECT count(*) AS n FROM (SELECT 1 FROM docs c WHERE {scope} "
+                "AND c.tier IN ('hot', 'cold') LIMIT ?)), "
+                f"cand AS MATERIALIZED ({bm25} ORDER BY rowid DESC LIMIT ? + (SELECT n FROM curated)) ",
+                "(SELECT count(*) FROM cand) - (SELECT n FROM curated), "
+                f"(SELECT count(*) FROM cand WHERE id < {CURATED_IDS})",
+            ),
+            True: (
+                f"WITH cand AS MATERIALIZED (SELECT * FROM ({bm25} AND rowid >= {CURATED_IDS} ORDER BY rowid DESC "
+                f"LIMIT ?) UNION ALL SELECT * FROM ({bm25} AND rowid < {CURATED_IDS} ORDER BY rowid DESC LIMIT ?)) ",
+                f"(SELECT max(n) FROM (SELECT count(*) AS n FROM cand GROUP BY id >= {CURATED_IDS})), 0",
+            ),
+        }
+        split = False
         while True:
-            found = self.conn.execute(
-                sql, [*scope_args, CANDIDATES, user, cap, *weight_args, *args, limit + len(seen)]
-            ).fetchall()
+            # CROSS JOIN: the candidates first, each one's document by its id. Left free, SQLite 3.51 (and 3.40 once
+            # `ANALYZE` statistics exist) reads every document of the workspace through docs_by_age and probes the
+            # candidates instead: 29 ms against 0.7 ms for a word of 2,800 matches in 100,000 entries.
+            candidates_sql, counts = windows[split]
+            sql = (
+                f"{candidates_sql}SELECT {_DOC_COLUMNS}, -cand.r * {weight} AS score, {counts} "
+                f"FROM cand CROSS JOIN docs d ON d.id = cand.id WHERE {where} ORDER BY score DESC, d.id DESC LIMIT ?"
+            )
+            window_args = [user, cap, user, cap] if split else [*scope_args, CANDIDATES, user, cap]
+            found = self.conn.execute(sql, [*window_args, *weight_args, *args, limit + len(seen)]).fetchall()
             skip = set(seen)
             ranked = [row for row in found if row[0] not in skip][:limit]
             candidates = found[0][_COUNT] if found else self._count(table, user, cap)
+            if not split and found and "warm" in f.tiers and candidates >= cap and found[0][_WARM] < cap:
+                split = True  # hot and cold matches took the room of the warm window: rank both windows
+                continue
             if len(ranked) >= limit or candidates < cap or cap >= 1 << 24:
                 break
             cap *= 8  # the scope's rows filter out most candidates (many workspaces, a date range): look further

@@ -592,6 +592,26 @@ def test_a_frequent_word_ranks_the_curated_tiers_matches_however_many_newer_warm
     assert learning["heading"] == "Cache"
 
 
+def test_a_word_in_more_learnings_than_the_window_holds_still_ranks_the_newest_warm_entries(
+    store: Store, ws: Source, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other way round: a MEMORY.md of many learnings naming the word fills the window with theirs (their ids
+    # are above every warm one); the newest warm entries must still be ranked.
+    monkeypatch.setattr(searcher, "CANDIDATES", 5)
+    said = "the cache was flushed again after the nightly deploy of every node of the cluster, nothing else"
+    learnings = "".join(f"- [2026-01-05] {said} ({i})\n" for i in range(30))
+    (ws.root / "cold" / "MEMORY.md").write_text(f"## Ops\n{learnings}", encoding="utf-8")
+    indexer.sync(store, ws, ALL_TIERS)
+    warm = [entry(f"0{i % 10}:00:00", f"deployed node {i}", said) for i in range(20)]
+    warm[15] = entry("05:00:00", "cache cold")  # the 5th newest: in the window only if warm entries get one
+    write_day(ws.root, TODAY, *warm)
+    indexer.sync(store, ws, frozenset({"warm"}))
+
+    hits = search(store, "cache", limit=5)
+    assert hits[0]["heading"] == "cache cold"
+    assert {"warm", "cold"} <= {h["tier"] for h in search(store, "cache", limit=20)}
+
+
 @pytest.mark.parametrize("tiers", [("hot", "warm", "cold"), ("cold",)])
 def test_a_ranking_looks_up_only_its_candidates_documents_whatever_statistics_sqlite_holds(
     store: Store, ws: Source, tiers: tuple[str, ...]
