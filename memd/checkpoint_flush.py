@@ -13,7 +13,7 @@ from typing import Any
 from memd.batch import Draft
 from memd.checkpoint_plan import keyed
 from memd.tiers.digests import DigestSet
-from memd.tiers.warm_format import FLUSHED_NOTE, entry_flush_identity, flush_identity
+from memd.tiers.flush_identities import FLUSHED_NOTE, entry_flush_identity, flush_identity
 from memd.workspace import Workspace
 
 

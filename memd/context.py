@@ -268,7 +268,8 @@ def build_context(
     """The assembled context text and its usage breakdown `{tier: {tokens, budget, percent}}`. What a budget left
     out is said in the text itself (an agent reading only the text must know it is not all), within that budget.
     `ranked`: the learnings for `topic`, best first, as the search index ranked them; None: matched here by
-    substring (cold_format.relevant), as without an index. `recent`: what `load_recent` returned (None: read here)."""
+    substring (cold_selection.relevant), as without an index. `recent`: what `load_recent` returned (None: read
+    here)."""
     budget = ws.config.budget
     counter = ws.counter
     hot, warm, cold = (UNBOUNDED,) * 3 if everything else (budget.hot, budget.warm, budget.cold)

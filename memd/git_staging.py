@@ -1,5 +1,7 @@
-"""What a snapshot commits: staging a workspace's snapshot paths in its repository (`stage`). Blocking: run it in
-a worker thread.
+"""What a snapshot commits: staging a workspace's snapshot paths in its repository (`stage`, and `stage_snapshot`
+with the hot files a sync left as they were held back), committing what was staged (`commit_staged`), and whether
+HEAD already holds the day files a retention sweep is about to delete (`held_at_head`). Blocking: run them in a
+worker thread.
 
 One `git add` in the usual case: everything under the snapshot paths, the normal way (ignore rules respected,
 so editors' temporaries stay out; a file that vanishes while git looks at it is retried, never a failed
@@ -7,7 +9,7 @@ snapshot), with the tier files proper named one by one. Only when git says an ig
 (the user's global excludes, `core.excludesFile`, or a `.gitignore` in the workspace) does a second add stage the
 tier files with `--force`: no ignore rule decides what memd keeps. memd's own files (its `.memd-tmp-`
 temporaries, the workspace lock `.memd.lock`) are left out by exclude pathspecs on every `add`. Imports
-memd.gitrepo, memd.gitrepo_setup, memd.git_objects and memd.fsio.
+memd.gitrepo, memd.gitrepo_setup, memd.git_objects, memd.fsio and memd.retention (its `Held`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import re
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from memd import fsio, git_objects
 from memd.gitrepo import ARCHIVE_DIR, DAY_FILE, OWN_FILES_PATHSPECS, TIER_FILES, WARM_DIR, GitRepo
 from memd.gitrepo_setup import GIT_TIMEOUT, LOCK_FILE, GitError
+from memd.retention import Held
 
 ADD_ATTEMPTS = 5  # `git add`s in a row that may each lose a file someone deleted while git was looking at it
 # An index bigger than this holds more than a workspace's files (an adopted repository's code): not read for
@@ -92,6 +96,58 @@ def nothing_else_staged(repo: GitRepo, hold: Sequence[str] = ()) -> bool:
         return False
     held = set(hold)
     return all(_under(path, repo.paths) and path not in held and not _own_file(path) for path in paths)
+
+
+class Staged(NamedTuple):
+    """What `stage_snapshot` staged, for `commit_staged`; false when nothing differs from HEAD."""
+
+    paths: list[str]  # what differs from HEAD: the commit's paths
+    alone: bool  # the index holds nothing else (nothing_else_staged): committed as it is
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)
+
+
+def stage_snapshot(repo: GitRepo, hot_kept: dict[str, bytes], whole: bool, lock_wait: float) -> Staged:
+    """Stage the workspace or its mirror, leaving out the hot files that still hold what this machine last
+    committed before a sync moved HEAD past them (`hot_kept`, path -> bytes: the snapshotter's
+    `RepoState.hot_kept`), unless `whole`. A file changed since, or every one when `whole`, is dropped from
+    `hot_kept`."""
+    hold: list[str] = []
+    for path, kept in list(hot_kept.items()):
+        try:
+            unchanged = (repo.work_tree / path).read_bytes() == kept
+        except OSError:
+            unchanged = False
+        if unchanged and not whole:
+            hold.append(path)
+        else:  # changed here (or committed whole now): from here on it is committed as usual
+            del hot_kept[path]
+    paths = stage(repo, lock_wait, hold)
+    return Staged(paths, bool(paths) and nothing_else_staged(repo, hold))
+
+
+def commit_staged(repo: GitRepo, staged: Staged, subject: str, body: str, trailers: dict[str, str]) -> str:
+    """Commit what `stage_snapshot` staged: the index as it is when it holds nothing else, else `--only` its
+    paths. Returns the commit."""
+    return repo.commit(staged.paths, subject, body, trailers, only=not staged.alone)
+
+
+def held_at_head(repo: GitRepo, directory: Path, days: Sequence[str]) -> Held | None:
+    """What HEAD holds of `warm/`, when it holds each of the day files `days` (in `directory`) exactly as the file
+    is now; else None, and the caller commits first (`Snapshotter.before_destructive`). One `ls-tree`, and each
+    day file read and hashed."""
+    repo.check_safe()
+    head = repo.head_commit()
+    if not head:
+        return None
+    head, blobs = repo.committed_files("warm", head)
+    held = Held(head, blobs)
+    for name in days:
+        data = fsio.read_bytes(directory / name)
+        if data is None or held.why_not(name, data) is not None:
+            return None
+    return held
 
 
 def _own_file(path: str) -> bool:

@@ -14,7 +14,7 @@ stopwords, each crudely stemmed (a trailing `ing`, `ed`, `es` or `s` dropped fro
   overlap(words) >= SAME_SUBJECT_IN_CATEGORY and Jaccard >= MIN_JACCARD_TO_SUPERSEDE, or any category with
   overlap >= SAME_SUBJECT; overlap is |A∩B| / min(|A|, |B|). The candidate is filed under that learning's
   category; a candidate from a day older than the learning's date is stale and dropped instead.
-Imports memd.tiers (warm, cold and proposals formats).
+Imports memd.tiers (warm, cold and proposals formats, and the flush's FLUSHED_NOTE).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from memd.tiers.cold_format import Learning
+from memd.tiers.flush_identities import FLUSHED_NOTE
 from memd.tiers.proposals_format import Proposal, derived_id
-from memd.tiers.warm_format import FLUSHED_NOTE, WarmEntry
+from memd.tiers.warm_format import WarmEntry
 
 NEAR_DUPLICATE = 0.8
 SAME_SUBJECT = 0.75

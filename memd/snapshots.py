@@ -22,8 +22,7 @@ Reading the history back and restoring files from it: memd.snapshot_history; pus
 memd.snapshot_push. Both drive a Snapshotter through its public methods (`repo_for`, `states`, `commit_locked`,
 `io`), as memd.sync and memd.hot_split do.
 Imports memd.gitrepo, memd.gitrepo_setup (git's errors, `find_git`), memd.hot_split, memd.git_staging,
-memd.git_mirror, memd.workspace, memd.retention (its `Held`), memd.debounce, memd.fsio, memd.config and
-memd.errors.
+memd.git_mirror, memd.workspace, memd.retention (its `Held`), memd.debounce, memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -37,9 +36,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, TypeVar
 
-from memd import fsio, git_mirror, git_staging
+from memd import git_mirror, git_staging
 from memd.config import SnapshotConfig
 from memd.debounce import Debouncer
 from memd.errors import MemdError, StorageError, Unavailable
@@ -192,7 +191,7 @@ class Snapshotter:
             ws.check_identity()
             repo = await self._repo(ws, state)
             return await asyncio.get_running_loop().run_in_executor(
-                self.io, _held_at_head, repo, ws.warm.directory, days
+                self.io, git_staging.held_at_head, repo, ws.warm.directory, days
             )
         except (MemdError, OSError):
             return None
@@ -296,15 +295,27 @@ class Snapshotter:
                 if not held:
                     mirror = await self._to_the_end(_mirror, repo, _live_days(ws))
                 if mirror is None:
-                    staged = await self._to_the_end(_stage, repo, state, whole, UNDER_WRITER_LOCK_WAIT)
-                    rev = await self._to_the_end(_commit, repo, staged, subject, body, all_trailers) if staged else ""
+                    staged = await self._to_the_end(
+                        git_staging.stage_snapshot, repo, state.hot_kept, whole, UNDER_WRITER_LOCK_WAIT
+                    )
+                    rev = (
+                        await self._to_the_end(git_staging.commit_staged, repo, staged, subject, body, all_trailers)
+                        if staged
+                        else ""
+                    )
             if mirror is not None:
                 tree = mirror.tree
                 view = repo.over(tree)
                 try:
                     await self._to_the_end(git_mirror.complete, mirror)
-                    staged = await self._to_the_end(_stage, view, state, whole, GIT_TIMEOUT)
-                    rev = await self._to_the_end(_commit, view, staged, subject, body, all_trailers) if staged else ""
+                    staged = await self._to_the_end(
+                        git_staging.stage_snapshot, view, state.hot_kept, whole, GIT_TIMEOUT
+                    )
+                    rev = (
+                        await self._to_the_end(git_staging.commit_staged, view, staged, subject, body, all_trailers)
+                        if staged
+                        else ""
+                    )
                 finally:
                     repo.has_commits = view.has_commits
                     await self._to_the_end(git_mirror.clear, tree, mirror.dirs)
@@ -474,21 +485,6 @@ def head_or_empty(repo: GitRepo) -> str:
         return ""
 
 
-def _held_at_head(repo: GitRepo, directory: Path, days: Sequence[str]) -> Held | None:
-    """(In a worker.) `Snapshotter._held_at_head`: one `ls-tree`, and each day file read and hashed."""
-    repo.check_safe()
-    head = repo.head_commit()
-    if not head:
-        return None
-    head, blobs = repo.committed_files("warm", head)
-    held = Held(head, blobs)
-    for name in days:
-        data = fsio.read_bytes(directory / name)
-        if data is None or held.why_not(name, data) is not None:
-            return None
-    return held
-
-
 def _mirror(repo: GitRepo, live_days: set[str]) -> git_mirror.Mirror | None:
     """(In a worker, under the writer.) The workspace's mirror to stage from, or None to stage the workspace itself
     (no mirror where hard links cannot reach it; none either when making it failed, a full disk say: logged)."""
@@ -505,32 +501,3 @@ def _live_days(ws: Workspace) -> set[str]:
     """The warm day files memd may append to while git reads a mirror: the workspace's today and its neighbours."""
     today = ws.today()
     return {f"{today + timedelta(days=d)}.md" for d in (-1, 0, 1)}
-
-
-class Staged(NamedTuple):
-    paths: list[str]  # what differs from HEAD: the commit's paths
-    alone: bool  # the index holds nothing else (git_staging.nothing_else_staged): committed as it is
-
-    def __bool__(self) -> bool:
-        return bool(self.paths)
-
-
-def _stage(repo: GitRepo, state: RepoState, whole: bool, lock_wait: float) -> Staged:
-    """Stage the workspace or its mirror (in a worker), leaving out the hot files that still hold what this
-    machine last committed before a sync moved HEAD past them (`RepoState.hot_kept`), unless `whole`."""
-    hold: list[str] = []
-    for path, kept in list(state.hot_kept.items()):
-        try:
-            unchanged = (repo.work_tree / path).read_bytes() == kept
-        except OSError:
-            unchanged = False
-        if unchanged and not whole:
-            hold.append(path)
-        else:  # changed here (or committed whole now): from here on it is committed as usual
-            del state.hot_kept[path]
-    paths = git_staging.stage(repo, lock_wait, hold)
-    return Staged(paths, bool(paths) and git_staging.nothing_else_staged(repo, hold))
-
-
-def _commit(repo: GitRepo, staged: Staged, subject: str, body: str, trailers: dict[str, str]) -> str:
-    return repo.commit(staged.paths, subject, body, trailers, only=not staged.alone)

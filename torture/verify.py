@@ -31,7 +31,7 @@ import expected  # tests/expected.py: torture/run.py puts tests/ on the path
 
 from memd import fsio
 from memd.errors import CorruptFile
-from memd.tiers import cold_format, hot_format, warm_format
+from memd.tiers import cold_format, flush_identities, hot_format, warm_format
 from memd.tiers.cold_format import Learning
 from memd.tiers.warm_format import WarmEntry
 
@@ -260,7 +260,9 @@ def account(
     about whether a checkpoint or a bug took it out of hot."""
     out = Accounting()
     warm = Counter(e.action for e in state.entries)
-    flushed_notes = Counter(dict(e.details).get("text") for e in state.entries if e.action == warm_format.FLUSHED_NOTE)
+    flushed_notes = Counter(
+        dict(e.details).get("text") for e in state.entries if e.action == flush_identities.FLUSHED_NOTE
+    )
     notes = Counter(str(n.get("text")) for n in state.notes)
     decisions = Counter(str(d.get("action")) for d in state.decisions)
     cold = Counter((lr.category, lr.text) for lr in state.learnings)

@@ -3,7 +3,7 @@ that `context.get` and `cold.get` use.
 
 Access holds per hit: without a workspace, the search covers exactly the workspaces the peer may read, and every
 hit is checked again before it is returned. Query syntax errors are InvalidParams (memd.search.query), never an
-SQLite error. Imports memd.handlers.access, memd.search, the cold format, memd.params and memd.errors.
+SQLite error. Imports memd.handlers.access, memd.search, the cold selection, memd.params and memd.errors.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from memd.handlers.access import Call, may_access
 from memd.params import Params
 from memd.search import query as q
 from memd.search.service import Request
-from memd.tiers import cold_format
+from memd.tiers import cold_selection
 from memd.tiers.cold_learnings import Ranked
 from memd.workspace import Workspace
 
@@ -80,9 +80,9 @@ async def memory_reindex(call: Call, p: Params) -> Any:
 
 async def ranked_learnings(call: Call, ws: Workspace, topic: str | None) -> Ranked | None:
     """The learnings for `topic`, best first, ranked by the search index (BM25 over stemmed words, then
-    substrings), followed by any the substring rule of cold_format.relevant finds that the index did not (made
+    substrings), followed by any the substring rule of cold_selection.relevant finds that the index did not (made
     only if a read renders that far: the index's own fill the budget when it finds enough); None (use
-    cold_format.relevant) without a topic or when the index cannot answer promptly."""
+    cold_selection.relevant) without a topic or when the index cannot answer promptly."""
     if not topic:
         return None
     found = await call.services.search.rank_cold(ws, topic)
@@ -91,7 +91,7 @@ async def ranked_learnings(call: Call, ws: Workspace, topic: str | None) -> Rank
     parsed = ws.cold.parsed
     by_content = parsed.by_content()
     ranked = list(dict.fromkeys(by_content[key] for key in found if key in by_content))
-    matches = cold_format.matcher(cold_format.topic_words(topic))
+    matches = cold_selection.matcher(cold_selection.topic_words(topic))
     # The rule's learnings that are copies of a ranked one are not listed again.
     listed = sum(parsed.copies(lr) for lr in ranked if matches(lr))
     return Ranked(ranked, lambda: parsed.relevant(topic), len(ranked) + parsed.relevant_count(topic) - listed)

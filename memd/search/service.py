@@ -445,7 +445,7 @@ class SearchService:
         limit = max(1, ws.config.budget.cold // RANK_TOKENS_PER_LEARNING)
         # The deadline goes with the query too: the wait below gives up on it, and the query thread stops by itself
         # rather than go on holding up the searches behind it.
-        # No scan for a term under three characters: the caller's substring rule (cold_format.relevant) finds the
+        # No scan for a term under three characters: the caller's substring rule (cold_selection.relevant) finds the
         # same learnings from what the cold store keeps, and knows from its kept counts when there is none, while
         # a scan reads every learning on each read (the hour soak's topic "C1", in no learning: 17% of samples).
         request = Request(

@@ -15,10 +15,9 @@ later (`fold_appended`): the fold is exactly what inserting them one by one make
 
 from __future__ import annotations
 
-import operator
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import date
 from typing import NamedTuple
 
@@ -32,7 +31,6 @@ _HEADING_RE = re.compile(r"##(?:[ \t](.*))?")
 # The optional text tolerates an editor that stripped the space after "]" of an empty learning.
 _LEARNING_RE = re.compile(r"- \[([0-9]{4}-[0-9]{2}-[0-9]{2})\](?: (.*))?")
 _FENCE_RE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
-_WORD_RE = re.compile(r"\w+")
 
 
 class Learning(NamedTuple):
@@ -332,76 +330,3 @@ def remove_line(document: str, line: int) -> str:
         return document
     del lines[line]
     return "\n".join(lines)
-
-
-_DATE = operator.itemgetter(1)  # Learning.date
-_SCORE = operator.itemgetter(0)
-
-
-def topic_words(topic: str | None) -> list[str]:
-    """The words of `topic` that `relevant` matches: distinct, lowercased, 2+ characters."""
-    return list(dict.fromkeys(w.lower() for w in _WORD_RE.findall(topic or "") if len(w) >= 2))
-
-
-def newest_first(learnings: Sequence[Learning]) -> list[Learning]:
-    """Learnings by date, newest first; those of one date in file order."""
-    return sorted(learnings, key=_DATE, reverse=True)
-
-
-def matches(learning: Learning, words: Sequence[str]) -> bool:
-    """Would `relevant` list this learning for a topic of these `words` (topic_words)?"""
-    return matcher(words)(learning)
-
-
-def matcher(words: Sequence[str]) -> Callable[[Learning], bool]:
-    """`matches` for many learnings: each category is looked at once (a file has few), a text only when its
-    category does not match already."""
-    if not words:
-        return lambda _: True
-    categories: dict[str, bool] = {}
-
-    def match(learning: Learning) -> bool:
-        found = categories.get(learning.category)
-        if found is None:
-            low = learning.category.lower()
-            found = categories[learning.category] = any(w in low for w in words)
-        if found:
-            return True
-        text = learning.text.lower()
-        return any(w in text for w in words)
-
-    return match
-
-
-def relevant(
-    learnings: Sequence[Learning], topic: str | None, by_date: Sequence[Learning] | None = None
-) -> list[Learning]:
-    """Learnings for `topic`, best first; all of them, newest first, when there is no topic.
-
-    Each distinct topic word (2+ characters) scores 2 when found in the category and 1 when found in the text
-    (case-insensitive substrings); only learnings scoring above 0 are kept, ordered by score then date,
-    newest first. A topic without any such word counts as no topic: better the newest learnings than none.
-    `by_date`: `newest_first(learnings)`, when the caller keeps it.
-    """
-    ordered = list(by_date) if by_date is not None else newest_first(learnings)
-    words = topic_words(topic)
-    if not words:
-        return ordered
-    # A category's score once per category (a file has few), and one word (most topics) without a generator:
-    # this runs on every read with a topic, over every learning (55 ms at 20,000 learnings before, ~8 ms now).
-    by_category = {c: 2 * sum(w in c.lower() for w in words) for c in {item.category for item in learnings}}
-    scored: list[tuple[int, Learning]] = []
-    if len(words) == 1:
-        word = words[0]
-        for item in ordered:
-            score = by_category[item.category] + (word in item.text.lower())
-            if score:
-                scored.append((score, item))
-    else:
-        for item in ordered:
-            text = item.text.lower()
-            score = by_category[item.category] + sum(w in text for w in words)
-            if score:
-                scored.append((score, item))
-    scored.sort(key=_SCORE, reverse=True)
-    return [item for _, item in scored]

@@ -7,7 +7,7 @@ it. The lookups reads make are kept with it: by content (a topic's ranking names
 first, and how many learnings each recent topic matches. Each is made at most once per text, and the ones an
 insertion can update in place (by content, newest first, the counts) are handed on to the next `Learnings`, so a
 read after a `cold.learn` costs what it returns, not the size of MEMORY.md. Pure: no I/O. Imports the cold
-format.
+format and the cold selection (memd.tiers.cold_selection).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 
 from memd.textfmt import unescape_inline
-from memd.tiers import cold_format
+from memd.tiers import cold_format, cold_selection
 from memd.tiers.cold_format import Learning, Section
 
 # The topics whose match count a `Learnings` keeps (the counts move with every insertion: one test per topic).
@@ -129,24 +129,24 @@ class Learnings:
         return found.get(learning, 1)
 
     def newest_first(self) -> list[Learning]:
-        """cold_format.newest_first of the learnings (do not change the list: it is kept)."""
+        """cold_selection.newest_first of the learnings (do not change the list: it is kept)."""
         found = self._by_date
         if found is None:
-            found = self._by_date = cold_format.newest_first(self.items)
+            found = self._by_date = cold_selection.newest_first(self.items)
         return found
 
     def relevant(self, topic: str | None) -> list[Learning]:
-        """cold_format.relevant of the learnings."""
-        return cold_format.relevant(self.items, topic, self.newest_first())
+        """cold_selection.relevant of the learnings."""
+        return cold_selection.relevant(self.items, topic, self.newest_first())
 
     def relevant_count(self, topic: str | None) -> int:
         """len(self.relevant(topic)), counted once per topic and text and kept up to date across insertions."""
-        words = tuple(cold_format.topic_words(topic))
+        words = tuple(cold_selection.topic_words(topic))
         if not words:
             return self._count
         count = self._counts.get(words)
         if count is None:
-            matches = cold_format.matcher(words)
+            matches = cold_selection.matcher(words)
             count = sum(1 for learning in self.items if matches(learning))
             self._counts[words] = count
             if len(self._counts) > COUNTED_TOPICS:
@@ -243,13 +243,13 @@ class Learnings:
             after._by_content = by_content
         counts, self._counts = self._counts, OrderedDict()
         for words in counts:
-            matches = cold_format.matcher(words)
+            matches = cold_selection.matcher(words)
             counts[words] += sum(1 for learning in added if matches(learning))
         after._counts = counts
 
 
 def _by_date_after(by_date: list[Learning], added: list[Learning], above: list[Learning] | None) -> list[Learning]:
-    """`by_date` (cold_format.newest_first of some learnings) with `added` put in, without sorting them all again
+    """`by_date` (cold_selection.newest_first of some learnings) with `added` put in, without sorting them all again
     (2 ms at 20,000 learnings, at the first read after every `cold.learn`): newest first, and those of one date
     in file order. `above`: None when `added` follow every learning in the file, else the learnings above the
     one learning added. A new list: a reader may still hold the old one."""

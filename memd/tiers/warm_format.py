@@ -37,9 +37,7 @@ Imports only memd.textfmt.
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -294,40 +292,6 @@ def parse_day(text: str, current: bool = False) -> list[WarmEntry]:
     `current`: read by the text-as-written rule from the start (a piece of a file known to be in it); otherwise
     from the first heading with a time zone on."""
     return _parse(_lines(text), current)[0]
-
-
-FLUSHED_NOTE = "note from hot"  # the action of a hot note a checkpoint's flush appended (memd.checkpoint_flush)
-
-
-def flush_identity(action: str, details: Mapping[str, str]) -> bytes | None:
-    """What a checkpoint's flush tells entries apart by (a 16-byte digest): a decision by its action and reason
-    (decision.record logs it so), a flushed note by its id and text; None for any other entry, which no flush
-    writes."""
-    if action == FLUSHED_NOTE:
-        parts: tuple[str, ...] = (action, details.get("id", ""), details.get("text", ""))
-    elif action.startswith("decision: "):
-        parts = (action, details.get("reason", ""))
-    else:
-        return None
-    return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-# Entries whose flush identity is remembered: a checkpoint's flush looks up every entry of the parsed recent days
-# (up to three days of DAY_WINDOW entries) each time, and digesting them all again cost ~7% of the loop under a
-# checkpoint every few hundred hot writes (bench figure 3). Keyed by the entry's value, so nothing goes stale.
-ENTRY_IDENTITIES_KEPT = 8192
-
-
-def entry_flush_identity(entry: WarmEntry) -> bytes | None:
-    """flush_identity of a parsed entry (None, at once, for every entry no flush writes)."""
-    if entry.action != FLUSHED_NOTE and not entry.action.startswith("decision: "):
-        return None
-    return _remembered_identity(entry)
-
-
-@functools.lru_cache(maxsize=ENTRY_IDENTITIES_KEPT)
-def _remembered_identity(entry: WarmEntry) -> bytes | None:
-    return flush_identity(entry.action, dict(entry.details))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ parse of a file over NEWEST_ONLY_FROM_BYTES reads its newest DAY_WINDOW entries 
 only looked at: `window_start`); the digests of the entries before them are added when a checkpoint's flush first
 needs them (`head_identities`, in a worker). So memory
 hardly grows with the day: an agent that logs all day long made memd hold about 7 bytes for every byte of its day file.
-Imports memd.errors, the tier reader, the warm format and memd.tiers.digests (and, for types only, the warm
-store's DayFile).
+Imports memd.errors, the tier reader, the warm format, memd.tiers.flush_identities and memd.tiers.digests (and,
+for types only, the warm store's DayFile).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memd.errors import CorruptFile
-from memd.tiers import read_tier_file, warm_format
+from memd.tiers import flush_identities, read_tier_file, warm_format
 from memd.tiers.digests import DigestSet
 from memd.tiers.warm_format import Resume, WarmEntry
 
@@ -54,7 +54,7 @@ class Parsed:
     resume: Resume
     tail: bytes
     first: int = 0
-    # What a checkpoint's flush looks up of the entries let go (warm_format.flush_identity: the decisions and
+    # What a checkpoint's flush looks up of the entries let go (flush_identities.flush_identity: the decisions and
     # flushed notes among them, 16 bytes each): it must not log again what the day already holds.
     let_go: DigestSet = field(default_factory=DigestSet)
     # The file's first `head` bytes hold entries never parsed (a first parse of the newest only): their flush
@@ -69,7 +69,7 @@ class Parsed:
         drop = min(excess, self.resume.entries - self.first)
         if drop > 0:
             for entry in self.entries[:drop]:
-                identity = warm_format.entry_flush_identity(entry)
+                identity = flush_identities.entry_flush_identity(entry)
                 if identity is not None:
                     self.let_go.add(identity)
             del self.entries[:drop]
@@ -169,9 +169,9 @@ def parse(directory: Path, max_bytes: int, zoneless_as_written: bool, job: Job, 
 # same lines, since decoding never makes or removes an LF or a CR, and a CR before the LF is no part of the line.
 _ENTRY_LINE = re.compile(rb"### [0-9]{2}:[0-9]{2}:[0-9]{2} -(?: [^\n]*)?\r?(?:\n|\Z)")
 _BOM = b"\xef\xbb\xbf"
-# What the heading line of an entry with a flush identity holds (warm_format.flush_identity: its action starts so,
+# What the heading line of an entry with a flush identity holds (flush_identities.flush_identity: its action starts so,
 # and an action's first characters are on its heading line in every form it is written in).
-_FLUSHABLE = (b"decision: ", warm_format.FLUSHED_NOTE.encode())
+_FLUSHABLE = (b"decision: ", flush_identities.FLUSHED_NOTE.encode())
 
 
 def _line_starts(data: bytes, prefix: bytes, end: int) -> list[int]:
@@ -216,7 +216,7 @@ def window_start(data: bytes, zoneless_as_written: bool) -> Resume | None:
 
 
 def head_identities(data: bytes, zoneless_as_written: bool) -> list[bytes]:
-    """The flush identities (warm_format.flush_identity) of the entries of a day file's first bytes, `data`: the
+    """The flush identities (flush_identities.flush_identity) of the entries of a day file's first bytes, `data`: the
     head a parse of the newest only left out (Parsed.head), in file order. Only the entries whose heading line
     may give one are parsed (a decision or a flushed note: ~1 in 200 of the soak's 36 MB day), each alone, from
     its line to the next entry line, by the rule in effect there."""
@@ -231,7 +231,7 @@ def head_identities(data: bytes, zoneless_as_written: bool) -> list[bytes]:
         end = starts[k + 1] if k + 1 < len(starts) else len(data)
         current = zoneless_as_written or (bool(zoned) and zoned[0] < start)
         entries, _ = warm_format.parse_day_bytes(data[start:end], Resume(start, k, current, current))
-        identity = warm_format.entry_flush_identity(entries[0])
+        identity = flush_identities.entry_flush_identity(entries[0])
         if identity is not None:
             found.append(identity)
     return found

@@ -263,7 +263,7 @@ class WarmStore:
         return 0 if known is None or known.parsed is None else known.parsed.first
 
     def let_go_identities(self, day: date) -> DigestSet:
-        """The flush identities (warm_format.flush_identity) of the day's entries that `entries_for` no longer
+        """The flush identities (flush_identities.flush_identity) of the day's entries that `entries_for` no longer
         holds; call it after `entries_for`, which parses the day."""
         known = self.days.get(day)
         return DigestSet() if known is None or known.parsed is None else known.parsed.let_go

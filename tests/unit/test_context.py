@@ -18,7 +18,7 @@ from memd import context
 from memd.batch import Draft
 from memd.config import BudgetConfig, WorkspaceConfig
 from memd.context import COLD_MISSES, build_context, render_cold, render_hot, render_warm
-from memd.tiers import cold_format, hot_format
+from memd.tiers import cold_format, cold_selection, hot_format
 from memd.tiers.warm_format import WarmEntry
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -138,7 +138,7 @@ def test_warm_and_cold_stay_within_every_budget_from_zero_up(
 ) -> None:
     ws = busy_workspace(make_workspace)
     days = [(d, ws.warm.entries_for(d)) for d in ws.warm.recent_days(ws.today(), 3)]
-    learnings = cold_format.relevant(ws.cold.learnings, None)
+    learnings = cold_selection.relevant(ws.cold.learnings, None)
 
     for budget in range(0, 400, 3):
         assert render_warm(days, counter, budget).usage.tokens <= budget, budget

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from memd.tiers.warm_format import FLUSHED_NOTE, WarmEntry
+from memd.tiers.flush_identities import FLUSHED_NOTE
+from memd.tiers.warm_format import WarmEntry
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,9 +14,9 @@ from memd.tiers.cold_format import (
     escape_category,
     insert_learning,
     parse_memory,
-    relevant,
     render_learning,
 )
+from memd.tiers.cold_selection import relevant
 
 # A MEMORY.md that people have been editing: prose, odd blank lines, CRLF here and there, trailing spaces,
 # a code sample with a "## " line in it, a learning above the first section.

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from memory_docs import category_names, documents, unfenced, values
 
 from memd import fsio
-from memd.tiers import cold_format
-from memd.tiers.cold_format import Learning, insert_learning, insert_learning_at, parse_memory, relevant
+from memd.tiers import cold_format, cold_selection
+from memd.tiers.cold_format import Learning, insert_learning, insert_learning_at, parse_memory
 from memd.tiers.cold_learnings import Learnings, Ranked
+from memd.tiers.cold_selection import relevant
 from memd.tiers.cold_store import ColdStore, insertion_point
 from memd.tokens import TokenCounter
 
@@ -131,8 +132,8 @@ def test_a_ranking_lists_and_counts_what_the_index_found_then_the_rest_of_the_su
     by_content = parsed.by_content()
     found = data.draw(st.lists(st.sampled_from(sorted(by_content)), unique=True) if by_content else st.just([]))
     ranked = [by_content[key] for key in found]
-    words = cold_format.topic_words(topic)
-    listed = sum(parsed.copies(lr) for lr in ranked if cold_format.matches(lr, words))
+    words = cold_selection.topic_words(topic)
+    listed = sum(parsed.copies(lr) for lr in ranked if cold_selection.matches(lr, words))
 
     ranking = Ranked(ranked, lambda: parsed.relevant(topic), len(ranked) + parsed.relevant_count(topic) - listed)
 

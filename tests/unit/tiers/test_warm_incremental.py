@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from memd.config import WorkspaceConfig
 from memd.context import build_context, load_recent, recent_page
-from memd.tiers import warm_format, warm_parse, warm_store
+from memd.tiers import flush_identities, warm_format, warm_parse, warm_store
 from memd.tiers.warm_format import Resume, WarmEntry, day_header, parse_day, parse_day_bytes, render_entry
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -86,9 +86,9 @@ def test_any_bytes_parsed_as_they_grew_read_as_the_whole_file(chunks: list[bytes
     assert grow(whole, cuts) == parse_day(whole.decode("utf-8", "replace"))
 
 
-FLUSHABLE = [  # entries whose flush identity a checkpoint looks up (warm_format.flush_identity)
+FLUSHABLE = [  # entries whose flush identity a checkpoint looks up (flush_identities.flush_identity)
     render_entry(WarmEntry("09:00:02", "decision: use pathlib", (("reason", "portable"),))),
-    render_entry(WarmEntry("09:00:03", warm_format.FLUSHED_NOTE, (("id", "n1"), ("ts", "t"), ("text", "kept")))),
+    render_entry(WarmEntry("09:00:03", flush_identities.FLUSHED_NOTE, (("id", "n1"), ("ts", "t"), ("text", "kept")))),
     render_entry(WarmEntry("09:00:04", "decision: two\nlines\u2028", (("reason", "a\\b"),))),
     "### 09:00:05 - not a decision: really\n",
     "reason: a decision: in a detail\n",
@@ -119,7 +119,7 @@ def test_a_parse_of_the_newest_entries_only_reads_them_as_the_whole_file_and_the
 
     assert len(newest) in (window, window + 1)  # and an entry whose heading line is not complete yet
     assert entries[start.entries :] == newest and after == resume
-    identities = [warm_format.flush_identity(e.action, dict(e.details)) for e in entries[: start.entries]]
+    identities = [flush_identities.flush_identity(e.action, dict(e.details)) for e in entries[: start.entries]]
     assert head == [i for i in identities if i is not None]
 
 
@@ -265,7 +265,7 @@ def test_a_big_days_first_parse_reads_its_newest_entries_and_a_checkpoint_flush_
     assert parsed == [(0, 10)]  # from the start of the file, but only the newest ten read
     assert kept == on_disk(ws, ws.today())[190:] and ws.warm.first_kept(ws.today()) == 190
     assert asyncio.run(ws.warm.load_all(ws.today())) == on_disk(ws, ws.today())  # a page that reaches back
-    identity = warm_format.flush_identity("decision: use pathlib", {"reason": "portable"})
+    identity = flush_identities.flush_identity("decision: use pathlib", {"reason": "portable"})
     assert identity not in ws.warm.let_go_identities(ws.today())  # not read yet
     asyncio.run(ws.warm.complete_let_go(ws.today()))  # what a checkpoint's flush does first
     assert identity in ws.warm.let_go_identities(ws.today())
