@@ -7,6 +7,7 @@ OpenAI-compatible adapter lives in memd.llm. Imports only memd.tokens.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -125,6 +126,12 @@ def _score(sentence: str) -> int:
     return len(FACT_TOKEN.findall(_without_long_runs(sentence))) + (2 if _ERRORISH.search(sentence) else 0)
 
 
+# The bullets a summary carries are scored again at every checkpoint after it (a summary under a checkpoint every
+# few hundred hot writes carries ~100): remembered, at most this many (a summary holds far fewer).
+CARRIED_SCORES_KEPT = 1024
+_carried_score = functools.lru_cache(maxsize=CARRIED_SCORES_KEPT)(_score)
+
+
 @dataclass
 class _Bullet:
     order: int
@@ -160,7 +167,7 @@ class ExtractiveSummarizer:
             for line in e.text.splitlines():
                 body = line[2:].strip() if line.startswith("- ") else ""
                 if body and not body.startswith("("):
-                    out.append(_Bullet(len(out), f"- {body}\n", f"- {body}\n", _score(body)))
+                    out.append(_Bullet(len(out), f"- {body}\n", f"- {body}\n", _carried_score(body)))
         others = sorted((e for e in entries if e.kind != "summary"), key=lambda e: e.ts)  # stable: ts, then order
         for e in others:
             parts = sentences(e.text)

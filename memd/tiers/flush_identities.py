@@ -10,7 +10,6 @@ Pure: no I/O. Imports only the warm format (WarmEntry).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Mapping
 
@@ -32,19 +31,19 @@ def flush_identity(action: str, details: Mapping[str, str]) -> bytes | None:
     return hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-# Entries whose flush identity is remembered: a checkpoint's flush looks up every entry of the parsed recent days
-# (up to three days of DAY_WINDOW entries) each time, and digesting them all again cost ~7% of the loop under a
-# checkpoint every few hundred hot writes (bench figure 3). Keyed by the entry's value, so nothing goes stale.
-ENTRY_IDENTITIES_KEPT = 8192
-
-
 def entry_flush_identity(entry: WarmEntry) -> bytes | None:
-    """flush_identity of a parsed entry (None, at once, for every entry no flush writes)."""
-    if entry.action != FLUSHED_NOTE and not entry.action.startswith("decision: "):
-        return None
-    return _remembered_identity(entry)
+    """flush_identity of a parsed entry (None for every entry no flush writes), made once per entry object: a
+    checkpoint's flush looks up every entry of the parsed recent days (up to three days of DAY_WINDOW entries)
+    each time, and digesting them again cost ~7% of the loop under a checkpoint every few hundred hot writes
+    (bench figure 3)."""
+    memo = entry.flush_memo
+    if memo is not None:
+        return memo or None
+    identity = None
+    if entry.action == FLUSHED_NOTE or entry.action.startswith("decision: "):
+        identity = flush_identity(entry.action, dict(entry.details))
+    object.__setattr__(entry, "flush_memo", identity or _NONE)  # frozen to everyone else
+    return identity
 
 
-@functools.lru_cache(maxsize=ENTRY_IDENTITIES_KEPT)
-def _remembered_identity(entry: WarmEntry) -> bytes | None:
-    return flush_identity(entry.action, dict(entry.details))
+_NONE = b""  # flush_memo of an entry without an identity

@@ -24,7 +24,7 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -44,6 +44,7 @@ Origin = Mapping[str, FileName]  # key -> the file it was read from (or written 
 _STRING_FIELDS = ("session_id", "task", "current_step", "summary")
 _STRING_LIST_FIELDS = ("files_modified", "pending_actions")
 _OBJECT_LIST_FIELDS = ("decisions", "notes", "checkpoints")
+LIST_FIELDS = frozenset(_STRING_LIST_FIELDS + _OBJECT_LIST_FIELDS)
 
 
 def empty_doc() -> HotDoc:
@@ -157,16 +158,20 @@ def expected_shape() -> str:
     return "{" + ", ".join(fields) + "} (every field optional; other fields are kept as they are)"
 
 
-def serialize(doc: HotDoc) -> bytes:
+def serialize(doc: HotDoc, encoded: Callable[[str, list[Any]], list[str]] | None = None) -> bytes:
     """One line per field and one line per list element, so `git diff hot/context.json` shows exactly which note
     or decision changed. Each line is encoded by json's C encoder (`indent=` would force the pure-Python one,
-    several times slower on a large hot tier)."""
+    several times slower on a large hot tier). `encoded(key, elements)`: the JSON of each element of one of the
+    known list fields (`encode_element` of each), when the caller remembers them (memd.tiers.by_identity)."""
     dumps = _ENCODER.encode  # built once: json.dumps with an option builds a new encoder per call
     lines = []
     for key, value in doc.items():
         name = dumps(key)
         if isinstance(value, list) and value:
-            items = ",\n    ".join(_element(v) for v in value)
+            parts: Iterable[str] = map(_element, value)
+            if encoded is not None and key in LIST_FIELDS:
+                parts = encoded(key, value)
+            items = ",\n    ".join(parts)
             lines.append(f"  {name}: [\n    {items}\n  ]")
         else:
             lines.append(f"  {name}: {dumps(value)}")
@@ -179,6 +184,11 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # never write 
 # hot writes, bench figure 3). Only an object whose values are all strings is remembered, keyed by its items, so
 # an equal key always means the same JSON (True and 1 are equal in Python, not in JSON).
 ELEMENTS_KEPT = 4096
+
+
+def encode_element(value: Any) -> str:
+    """The JSON of one list element as `serialize` writes it."""
+    return _element(value)
 
 
 def _element(value: Any) -> str:
@@ -388,11 +398,35 @@ def render_lines(doc: HotDoc) -> list[str]:
     lines = render_header(doc)
     decisions = _objects(doc, "decisions")
     if decisions:
-        lines.append("## Decisions\n")
+        lines.append(DECISIONS_HEADING)
         lines += [render_decision(d) for d in decisions]
     lines += render_summary(str(doc.get("summary") or ""))
     notes = _objects(doc, "notes")
     if notes:
-        lines.append("## Notes\n")
+        lines.append(NOTES_HEADING)
         lines += [render_note(n) for n in notes]
     return lines
+
+
+DECISIONS_HEADING = "## Decisions\n"
+NOTES_HEADING = "## Notes\n"
+
+
+def count_rendered(
+    doc: HotDoc,
+    count_line: Callable[[str], int],
+    count_summary: Callable[[str], int],
+    counted: Callable[[str, list[Any]], list[int]],
+) -> int:
+    """`sum(map(count_line, render_lines(doc)))`, made of parts the caller may remember: `count_summary(summary)`
+    for the summary's lines, `counted("decisions" | "notes", elements)` for each decision's and note's line
+    (`count_line(render_decision(d))`, `count_line(render_note(n))`)."""
+    total = sum(map(count_line, render_header(doc)))
+    decisions = _objects(doc, "decisions")
+    if decisions:
+        total += count_line(DECISIONS_HEADING) + sum(counted("decisions", decisions))
+    total += count_summary(str(doc.get("summary") or ""))
+    notes = _objects(doc, "notes")
+    if notes:
+        total += count_line(NOTES_HEADING) + sum(counted("notes", notes))
+    return total

@@ -16,10 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memd import fsio, fsio_batch
 from memd.errors import CorruptFile
 from memd.tiers import HOT_MAX_BYTES, hot_format, read_tier_file
+from memd.tiers.by_identity import ByKeyAndIdentity
 from memd.tiers.hot_format import FileName, HotDoc
 from memd.tokens import TokenCounter
 
@@ -42,6 +44,12 @@ class HotStore:
         self.raw: bytes | None = None
         self.own_raw: bytes | None = None
         self._parts: tuple[HotDoc | None, HotDoc | None] = (None, None)  # the two files as parsed, None: absent
+        # Each batch encodes and counts the whole document again; its elements are those of the batch before but
+        # one, so their JSON lines and token counts are remembered (memd.tiers.by_identity), and the summary's,
+        # which changes only at a checkpoint.
+        self._encoded = ByKeyAndIdentity(lambda _key, element: hot_format.encode_element(element))
+        self._counted = ByKeyAndIdentity(self._element_tokens)
+        self._summary_counted: tuple[str, int] = ("", 0)
 
     @property
     def needs_split(self) -> bool:
@@ -97,7 +105,21 @@ class HotStore:
             raise CorruptFile(self.error.message, data={"path": str(self.path), "tier": "hot"})
 
     def count(self, doc: HotDoc) -> int:
-        return self._counter.count_lines(hot_format.render_lines(doc))
+        """The tokens of `doc` rendered (`hot_format.render_lines`), each line counted as `TokenCounter.count_lines`
+        counts it."""
+        return hot_format.count_rendered(doc, self._counter.count_piece, self._summary_tokens, self._counted)
+
+    def _element_tokens(self, key: str, element: dict[str, Any]) -> int:
+        render = hot_format.render_decision if key == "decisions" else hot_format.render_note
+        return self._counter.count_piece(render(element))
+
+    def _summary_tokens(self, summary: str) -> int:
+        last = self._summary_counted
+        if summary == last[0]:
+            return last[1]
+        tokens = self._counter.count_lines(hot_format.render_summary(summary))
+        self._summary_counted = (summary, tokens)
+        return tokens
 
     def writes_for(self, doc: HotDoc, normalize: bool = False) -> HotWrites:
         """The replaces that make the two files hold `doc` (none for a file whose content stays the same), each
@@ -108,9 +130,13 @@ class HotStore:
         old_context, old_own = self._parts
         writes = []
         if own != (old_own or {}):
-            writes.append(fsio_batch.FileWrite(self.own_path, hot_format.serialize(own), False, True, self.own_raw))
+            writes.append(
+                fsio_batch.FileWrite(self.own_path, hot_format.serialize(own, self._encoded), False, True, self.own_raw)
+            )
         if context != (old_context or {}):
-            writes.append(fsio_batch.FileWrite(self.path, hot_format.serialize(context), False, True, self.raw))
+            writes.append(
+                fsio_batch.FileWrite(self.path, hot_format.serialize(context, self._encoded), False, True, self.raw)
+            )
         return HotWrites(writes, context, own)
 
     def commit(self, doc: HotDoc, planned: HotWrites, fps: Sequence[fsio.Fingerprint], tokens: int) -> None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from memd.textfmt import OTHER_LINE_BREAKS, escape_inline, unescape_inline
@@ -119,6 +119,10 @@ class WarmEntry:
     details: tuple[tuple[str, str], ...] = ()
     result: str | None = None
     extra: str = ""
+    # What memd.tiers.flush_identities made of this entry, kept with it: a checkpoint's flush looks up every parsed
+    # entry of the recent days each time, and each is digested once. Not part of the entry's value (never
+    # compared, hashed or shown); None until asked.
+    flush_memo: bytes | None = field(default=None, compare=False, repr=False)
 
 
 def _escape_key(key: str) -> str:

@@ -498,3 +498,15 @@ def test_a_worker_parse_overtaken_by_a_parse_on_the_loop_is_not_taken_twice(
 
     assert entries == on_disk(ws, ws.today())
     assert len(entries) == 401
+
+
+def test_an_entrys_flush_identity_is_made_once_and_is_not_part_of_its_value() -> None:
+    entry = WarmEntry("09:00:00", "decision: use pathlib", (("reason", "portable"),))
+    twin = WarmEntry("09:00:00", "decision: use pathlib", (("reason", "portable"),))
+    identity = flush_identities.entry_flush_identity(entry)
+    assert identity == flush_identities.flush_identity("decision: use pathlib", {"reason": "portable"})
+    assert flush_identities.entry_flush_identity(entry) is identity  # kept with the entry, not made again
+    assert entry == twin and hash(entry) == hash(twin) and repr(entry) == repr(twin)  # the twin has none yet
+    other = WarmEntry("09:00:01", "ran the tests")
+    assert flush_identities.entry_flush_identity(other) is None
+    assert flush_identities.entry_flush_identity(other) is None  # nothing to digest, remembered as such
