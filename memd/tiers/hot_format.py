@@ -23,7 +23,7 @@ import functools
 import json
 import math
 import re
-import secrets
+import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -252,7 +252,9 @@ def origin_of(context: HotDoc, own: HotDoc) -> dict[str, FileName]:
 
 
 def new_id(prefix: str, now: datetime) -> str:
-    return f"{prefix}-{now.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+    # An id tells notes apart, it guards nothing: the process's generator (seeded from the OS at start) instead of
+    # a getrandom(2) call per note (`secrets`: 2.6% of the event loop under 16 clients of hot writes).
+    return f"{prefix}-{now.strftime('%Y%m%d%H%M%S')}-{random.getrandbits(24):06x}"
 
 
 def _ts(now: datetime) -> str:
