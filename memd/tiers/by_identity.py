@@ -36,8 +36,8 @@ class ByIdentity(Generic[T]):
                 hit = held[id(element)] = (element, self._make(element))
             made.append(hit[1])
         if len(held) > 2 * len(elements) + SLACK:
-            # Rebuilt, not trimmed in place: another thread may be reading the old dict (a count taken ahead in
-            # a worker), and a value it finds there is still right for its element.
+            # Rebuilt, not trimmed in place: a caller in another thread still reading the old dict finds only
+            # values that are right for their elements.
             self._held = {id(element): held[id(element)] for element in elements}
         return made
 
