@@ -290,32 +290,25 @@ class Snapshotter:
             # files' recorded prefixes copied first (memd.git_mirror). Where no mirror can be made, git reads the
             # workspace itself under the writer (~25 ms plus ~12 ms per MB of changed files).
             mirror: git_mirror.Mirror | None = None
+
+            async def stage_and_commit(where: GitRepo, lock_wait: float) -> str:
+                staged = await self._to_the_end(git_staging.stage_snapshot, where, state.hot_kept, whole, lock_wait)
+                if not staged:
+                    return ""
+                return await self._to_the_end(git_staging.commit_staged, where, staged, subject, body, all_trailers)
+
             async with contextlib.nullcontext() if held else ws.exclusive:
                 ws.check_identity()
                 if not held:
                     mirror = await self._to_the_end(_mirror, repo, _live_days(ws))
                 if mirror is None:
-                    staged = await self._to_the_end(
-                        git_staging.stage_snapshot, repo, state.hot_kept, whole, UNDER_WRITER_LOCK_WAIT
-                    )
-                    rev = (
-                        await self._to_the_end(git_staging.commit_staged, repo, staged, subject, body, all_trailers)
-                        if staged
-                        else ""
-                    )
+                    rev = await stage_and_commit(repo, UNDER_WRITER_LOCK_WAIT)
             if mirror is not None:
                 tree = mirror.tree
                 view = repo.over(tree)
                 try:
                     await self._to_the_end(git_mirror.complete, mirror)
-                    staged = await self._to_the_end(
-                        git_staging.stage_snapshot, view, state.hot_kept, whole, GIT_TIMEOUT
-                    )
-                    rev = (
-                        await self._to_the_end(git_staging.commit_staged, view, staged, subject, body, all_trailers)
-                        if staged
-                        else ""
-                    )
+                    rev = await stage_and_commit(view, GIT_TIMEOUT)
                 finally:
                     repo.has_commits = view.has_commits
                     await self._to_the_end(git_mirror.clear, tree, mirror.dirs)
