@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 import random
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
