@@ -45,6 +45,11 @@ class Draft:
     # Each learning inserted into `cold`: (text before, where, what, text after), so the cold store can take the
     # batch in one insertion at a time (ColdStore.commit) instead of counting and parsing MEMORY.md again.
     cold_inserts: list[tuple[str, int, str, str]] = field(default_factory=list)
+    # The blocks a burst's learnings append after the cold store's text while no edit of the batch needs it whole
+    # (`cold` is None meanwhile): written as one append and kept apart by the store (ColdStore.commit_appends),
+    # so that a learning does not copy MEMORY.md. An edit that needs the text makes it (`_edit_cold`).
+    cold_appends: list[str] = field(default_factory=list)
+    _cold_touched: bool = False  # the cold file was checked for this batch (one stat, `_touch_cold`)
     _fence_free_cold: str | None = None  # a draft text of MEMORY.md known to hold no fence (its insertions added none)
     cold_fold: cold_store.Fold | None = None  # the fold of appended learnings this batch makes (fold_cold)
     cold_run_start: int | None = None  # where in `cold` the blocks a burst appended begin (ColdStore.run_start)
@@ -87,8 +92,10 @@ class Draft:
         """Add a learning dated `day` (default: today) to cold/MEMORY.md: first under its section, or, in a burst
         of learnings into a big fence-free file and from then on until a fold, at the end in a block of its own
         (memd.tiers.cold_store.FLOOD_SECONDS). Returns its date."""
-        before = self._edit_cold()
         day = day or self.local.date().isoformat()
+        if self.cold is None and self._append_block(category, day, text):
+            return day
+        before = self._edit_cold()
         store = self._cold_store
         known_free = before is self._fence_free_cold
         made = None
@@ -106,6 +113,22 @@ class Draft:
         self.cold = after
         self._fence_free_cold = after if free and not cold_format.may_fence_after(before, at, added) else None
         return day
+
+    def _append_block(self, category: str, day: str, text: str) -> bool:
+        """Add the learning as a block to `cold_appends` if it goes at the end (a run is there, or a burst into a
+        big fence-free file starts one); False when it goes under its section instead."""
+        self._touch_cold()
+        store = self._cold_store
+        if self.cold_run_start is None:
+            if self.cold_appends or not (store.fence_free(store.text) and store.flooding(store.text)):
+                return False
+            block = cold_format.appended_block(store.ends_with_line_end(), category, day, text)
+            self.cold_run_start = store.length
+        else:
+            after_line_end = bool(self.cold_appends) or store.ends_with_line_end()
+            block = cold_format.appended_block(after_line_end, category, day, text)
+        self.cold_appends.append(block)
+        return True
 
     def fold_cold(self, fold: cold_store.Fold) -> bool:
         """Fold the learnings a burst appended back under their sections, as `fold` (made off the loop by
@@ -132,24 +155,54 @@ class Draft:
             self.cold_run_start = None
         return text
 
-    def _edit_cold(self) -> str:
-        if self.cold is None:
+    def cold_if_edited(self) -> str | None:
+        """The draft text of cold/MEMORY.md if an edit of this batch changed it, else None (the store's holds)."""
+        return self._edit_cold() if self.cold is not None or self.cold_appends else None
+
+    def _touch_cold(self) -> None:
+        """Check the cold file once per batch (a person's edit is read first), and that it is writable."""
+        if not self._cold_touched:
             self._cold_store.refresh()
             self._cold_store.require_valid()
-            self.cold = self._cold_store.text
             self.cold_run_start = self._cold_store.run_start
+            self._cold_touched = True
+        else:
+            self._cold_store.require_valid()
+
+    def _edit_cold(self) -> str:
+        if self.cold is None:
+            self._touch_cold()
+            base = self._cold_store.text
+            self.cold = base
+            if self.cold_appends:  # the blocks appended so far become one insertion at the end
+                added = "".join(self.cold_appends)
+                self.cold = base + added
+                self.cold_inserts.append((base, len(base), added, self.cold))
+                self.cold_appends = []  # a new list: `cold_state` holds the old one, to undo this
         else:
             self._cold_store.require_valid()
         return self.cold
 
     def cold_state(self) -> tuple[Any, ...]:
         """Everything an edit may change of the draft's cold tier, for `restore_cold` when the edit fails."""
-        return (self.cold, len(self.cold_inserts), self.cold_run_start, self.cold_fold, self._fence_free_cold)
+        return (
+            self.cold,
+            len(self.cold_inserts),
+            self.cold_run_start,
+            self.cold_fold,
+            self._fence_free_cold,
+            self.cold_appends,
+            len(self.cold_appends),
+            self._cold_touched,
+        )
 
     def restore_cold(self, state: tuple[Any, ...]) -> None:
         """Undo a failed edit's changes to the cold tier (the text, the insertions, a fold, the run's start)."""
-        self.cold, inserted, self.cold_run_start, self.cold_fold, self._fence_free_cold = state
+        self.cold, inserted, self.cold_run_start, self.cold_fold, self._fence_free_cold = state[:5]
+        appends, appended, self._cold_touched = state[5:]
         del self.cold_inserts[inserted:]
+        del appends[appended:]
+        self.cold_appends = appends
 
     def edit_proposals(self) -> str:
         """The current draft text of cold/PROPOSED.md, after checking that the file is writable (not corrupt)."""

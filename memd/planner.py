@@ -99,8 +99,10 @@ class TierPlanner:
             except OSError as exc:  # today's file is a symlink, a FIFO, unreadable: refuse, never follow
                 plan.refused = exc
                 return plan
-        if draft.cold is not None and draft.cold is not self.cold.text:
+        if draft.cold is not None and not self.cold.holds(draft.cold):
             plan.cold_write = self.cold.write_for(draft.cold, draft.cold_inserts, draft.cold_run_start)
+        elif draft.cold is None and draft.cold_appends and draft.cold_run_start is not None:
+            plan.cold_write = self.cold.append_write(draft.cold_appends, draft.cold_run_start)
         if draft.proposals is not None and draft.proposals is not self.proposals.text:
             plan.proposals_write = self.proposals.write_for(draft.proposals)
         if draft.hot is not None and (draft.hot is not self.hot.doc or draft.normalize_hot):
@@ -155,6 +157,10 @@ class TierPlanner:
         if plan.cold_write is not None and draft.cold is not None:
             fp = by_write[id(plan.cold_write)]
             self.cold.commit(draft.cold, plan.cold_write, fp, draft.cold_inserts, draft.cold_fold, draft.cold_run_start)
+            changed.add("cold")
+        elif plan.cold_write is not None and draft.cold_run_start is not None:
+            fp = by_write[id(plan.cold_write)]
+            self.cold.commit_appends(draft.cold_appends, plan.cold_write, fp, draft.cold_run_start)
             changed.add("cold")
         if plan.proposals_write is not None and draft.proposals is not None:
             self.proposals.commit(draft.proposals, plan.proposals_write, by_write[id(plan.proposals_write)])

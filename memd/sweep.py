@@ -160,7 +160,8 @@ async def _write_proposals(ws: Workspace, promotion: Promotion) -> str:
 
     def edit(draft: Draft) -> promote.Selection:
         text = draft.edit_proposals()
-        learnings = cold_format.parse_memory(draft.cold) if draft.cold is not None else ws.cold.learnings
+        edited = draft.cold_if_edited()
+        learnings = cold_format.parse_memory(edited) if edited is not None else ws.cold.learnings
         selection = promote.select(candidates, learnings, proposals_format.parse(text), limit)
         for proposal in selection.proposed:
             text = proposals_format.insert(text, proposal)

@@ -243,12 +243,19 @@ def append_learning_at(document: str, category: str, day: str, text: str) -> tup
     like `insert_learning_at`, `at` being len(document); None for an empty document (the preamble is
     `insert_learning`'s to write). Raises ValueError as `insert_learning` does. Whether the document may hold an
     unclosed fence that would swallow the block is the caller's to know (it appends only to a fence-free one)."""
-    line = render_learning(day, text)
-    heading = escape_category(category)
     if not document:
         return None
-    added = ("" if document.endswith("\n") else "\n") + f"\n## {heading}\n{line}"
+    added = appended_block(document.endswith("\n"), category, day, text)
     return document + added, len(document), added
+
+
+def appended_block(after_line_end: bool, category: str, day: str, text: str) -> str:
+    """What `append_learning_at` adds after a non-empty document: the block, led by a "\n" that ends the
+    document's last line unless `after_line_end` (the document ends with one). Raises ValueError as
+    `insert_learning` does."""
+    line = render_learning(day, text)
+    heading = escape_category(category)
+    return ("" if after_line_end else "\n") + f"\n## {heading}\n{line}"
 
 
 # One block `append_learning_at` appends: a blank line, a heading, one learning line.

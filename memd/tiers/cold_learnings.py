@@ -78,7 +78,7 @@ class Learnings:
 
     def __init__(self, items: list[Learning], sections: list[Section], count: int | None = None) -> None:
         # File order: the first `count` of `items`. Learnings added at the end share the list with the
-        # Learnings before them (see _appended), which reads only its own first `count`.
+        # Learnings before them (see appended), which reads only its own first `count`.
         self._all = items
         self._count = len(items) if count is None else count
         self._sections = sections
@@ -164,7 +164,7 @@ class Learnings:
         told this way (anything else inserted, a document that may hold fences): parse the new text instead.
         `fence_free`: the caller knows `not cold_format.may_fence(document)`."""
         if at == len(document) and added:
-            return self._appended(document, added, fence_free)
+            return self.appended(len(document), document.endswith("\n"), added)
         # An insertion found by comparing the two texts may start inside a line: a learning inserted before another
         # shares its first characters ("- [2026-12-0"), and the first difference comes after them. The same
         # insertion, moved back over what it shares, starts at the line's start.
@@ -195,19 +195,20 @@ class Learnings:
         self._hand_over(after, [learning], at_end=False, index=index)
         return after
 
-    def _appended(self, document: str, added: str, fence_free: bool) -> Learnings | None:
-        """`inserted` for text added at the end (what `append_learning_at` adds: learning lines, under a new
-        heading or the last one), without reading the document: only `added` is parsed. Whatever fences the
-        document holds: lines added after its end that neither open nor close a fence (memd's headings and
-        learning lines never do) leave every fence as it was, closed or not, and are outside all of them. None
-        when a line of `added` is a fence line, or `added` would continue the document's last line."""
-        if document and not document.endswith("\n") and not added.startswith("\n"):
+    def appended(self, length: int, after_line_end: bool, added: str) -> Learnings | None:
+        """`inserted` for text added at the end of the document these were parsed from (what `append_learning_at`
+        adds: learning lines, under a new heading or the last one), told only the document's `length` and
+        whether it ends with a line end: only `added` is parsed. Whatever fences the document holds: lines added
+        after its end that neither open nor close a fence (memd's headings and learning lines never do) leave
+        every fence as it was, closed or not, and are outside all of them. None when a line of `added` is a
+        fence line, or `added` would continue the document's last line."""
+        if length and not after_line_end and not added.startswith("\n"):
             return None
         if any(cold_format.is_fence_line(raw) for raw in added.split("\n")):
             return None
         found, _, headed = cold_format.parse_sections(added)
         category = self._sections[-1].category if self._sections else ""
-        shift, count = len(document), self._count
+        shift, count = length, self._count
         sections = [*self._sections, *(Section(h.offset + shift, h.category, h.first + count) for h in headed)]
         first_heading = headed[0].first if headed else len(found)
         new = [Learning(category, *learning[1:]) if n < first_heading else learning for n, learning in enumerate(found)]

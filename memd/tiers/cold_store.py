@@ -2,7 +2,9 @@
 
 Learnings are inserted as text edits so that everything else in the file stays byte-for-byte as its author left
 it. Token counts grow by the inserted line (incremental) and are recounted whenever the file is (re)read; the
-parsed learnings take each insertion in without reading the file again (memd.tiers.cold_learnings).
+parsed learnings take each insertion in without reading the file again (memd.tiers.cold_learnings). The blocks a
+burst appends are held apart from the text until something needs it whole (`text`): a learning appended to a
+2 MB MEMORY.md copies neither the file nor the run it joins.
 Imports memd.fsio, memd.fsio_batch, memd.tokens, memd.errors and the cold format.
 """
 
@@ -15,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memd import fsio, fsio_append, fsio_batch
 from memd.errors import CorruptFile
@@ -55,7 +58,15 @@ class ColdStore:
         self.path = path
         self.max_bytes = max_bytes  # [limits] cold_max_bytes
         self._counter = counter
-        self.text = ""
+        # MEMORY.md as memd holds it is `_text` followed by `_tail`, the blocks a burst appended since it was last
+        # needed whole (`text` joins them): a str cannot grow in place, and copying a 2 MB text per learning left
+        # the heap holding holes the size of the file (torture/README.md, "What a learning costs in RSS").
+        self._text = ""
+        self._tail: list[str] = []
+        self._tail_fence_free = True  # every block of `_tail` is known to hold no fence marker
+        self.length = 0  # len(text), without joining it
+        # A blake2b of text[start:] for the RUN_XATTR mark (`mark_for`), carried across appends: (start, hash).
+        self._run_hash: tuple[int, Any] | None = None
         self.fingerprint: fsio.Fingerprint | None = None
         self.error: CorruptFile | None = None
         self.tokens = 0
@@ -69,6 +80,35 @@ class ColdStore:
         # burst leaves a run; an edit by hand may have folded it).
         self.run_start: int | None = None
         self.appended = 0
+
+    @property
+    def text(self) -> str:
+        """The file's text as memd holds it (what it wrote, or read last): the blocks appended since it was last
+        asked for are joined to it now, once."""
+        if self._tail:
+            joined = "".join([self._text, *self._tail])
+            if self._tail_fence_free and self._fence_free_text is self._text:
+                self._fence_free_text = joined
+            self._text = joined
+            self._tail.clear()
+            self._tail_fence_free = True
+        return self._text
+
+    def _set_text(self, text: str) -> None:
+        self._text = text
+        self._tail.clear()
+        self._tail_fence_free = True
+        self.length = len(text)
+        self._run_hash = None
+
+    def holds(self, text: str) -> bool:
+        """Is `text` the very text the store holds (not a copy, not one with blocks appended after it)?"""
+        return not self._tail and text is self._text
+
+    def ends_with_line_end(self) -> bool:
+        """Does the text end with "\n" (an empty one does not)? Without joining it."""
+        last = self._tail[-1] if self._tail else self._text
+        return last.endswith("\n")
 
     def reconfigure(self, max_bytes: int) -> None:
         """A reloaded [limits] cold_max_bytes: files read from now on are held to it."""
@@ -92,7 +132,8 @@ class ColdStore:
         tokens = self._counter.count(text)
         run_start = self._run_in(text)
         # The text and the bytes it came from change together (a plan must never pair the new base with old text).
-        self.text, self._raw, self._parsed, self.tokens, self.error = text, data, None, tokens, None
+        self._set_text(text)
+        self._raw, self._parsed, self.tokens, self.error = data, None, tokens, None
         self._raw_is_text = False
         self.run_start, self.appended = run_start, 0 if run_start is None else text.count("\n## ", run_start)
 
@@ -253,7 +294,7 @@ class ColdStore:
                 parsed = parsed.inserted(before, at, added, fence_free=free)
             free = free and not cold_format.may_fence_after(before, at, added)
         self._fence_free_text = text if free else None
-        self.text = text
+        self._set_text(text)
         self.tokens = tokens
         if write.append:
             self._raw, self._raw_is_text = None, True
@@ -265,6 +306,74 @@ class ColdStore:
         self._parsed = parsed
         self.error = None
         self.last_write = time.monotonic()
+
+    def append_write(self, blocks: Sequence[str], run_start: int) -> fsio_batch.FileWrite:
+        """The write that appends `blocks` (a batch's, Draft.cold_appends: what `append_learning_at` adds) to the
+        file as memd holds it, the run they join beginning at `run_start`: an append guarded by the file's
+        fingerprint, marked with the run (`mark_for`), made without joining the text."""
+        added = "".join(blocks)
+        fp = self.fingerprint
+        if fp is None or self.error is not None:  # nothing to guard an append with: a replace of the whole text
+            return self.write_for(self.text + added, (), run_start)
+        return fsio_batch.FileWrite(
+            self.path,
+            added.encode("utf-8"),
+            append=True,
+            guarded=True,
+            expected_size=fp.size,
+            expected_fingerprint=fp,
+            mark=f"{self.length + len(added) - run_start}:".encode() + self._run_hash_after(added, run_start)[1],
+        )
+
+    def commit_appends(
+        self, blocks: Sequence[str], write: fsio_batch.FileWrite, fp: fsio.Fingerprint, run_start: int
+    ) -> None:
+        """Record a durable `append_write` of `blocks`: tokens and the parsed learnings grow by what they add, and
+        the blocks are kept after the text, not joined to it."""
+        if not write.append:  # append_write's replace: the text it wrote
+            self.commit(self.text + "".join(blocks), write, fp, run_start=run_start)
+            return
+        added = "".join(blocks)
+        self.tokens += self._appended_tokens(added)
+        if self._parsed is not None:
+            self._parsed = self._parsed.appended(self.length, self.ends_with_line_end(), added)
+        # A block starts with "\n": no fence marker (three characters in a row) reaches across its seam.
+        self._tail_fence_free = self._tail_fence_free and not cold_format.may_fence(added)
+        hashed = self._run_hash_after(added, run_start)[0]
+        self._tail.append(added)
+        self.length += len(added)
+        self._run_hash = (run_start, hashed)
+        self._raw, self._raw_is_text = None, True
+        self.appended = len(blocks) + (self.appended if self.run_start == run_start else 0)
+        self.run_start = run_start
+        self.fingerprint = fp
+        self.error = None
+        self.last_write = time.monotonic()
+
+    def _run_hash_after(self, added: str, run_start: int) -> tuple[Any, bytes]:
+        """The hash of the run from `run_start` once `added` is appended, and its digest (`mark_for`'s): the run
+        held so far is hashed once, then carried from append to append."""
+        if run_start >= self.length:  # the run begins in `added`
+            hashed = hashlib.blake2b(digest_size=16)
+            hashed.update(added[run_start - self.length :].encode("utf-8"))
+        else:
+            held = self._run_hash
+            if held is None or held[0] != run_start:
+                held = (run_start, hashlib.blake2b(self.text[run_start:].encode("utf-8"), digest_size=16))
+                self._run_hash = held
+            hashed = held[1].copy()
+            hashed.update(added.encode("utf-8"))
+        return hashed, hashed.hexdigest().encode()
+
+    def _appended_tokens(self, added: str) -> int:
+        """`_inserted_tokens` for `added` at the end of the text, found from its last line without joining it."""
+        last = self._tail[-1] if self._tail else self._text
+        start = last.rfind("\n", 0, max(len(last) - 1, 0)) + 1
+        if start == 0 and self._tail:  # the last line began in an earlier piece (not a block memd appends)
+            last = self.text
+            start = last.rfind("\n", 0, max(len(last) - 1, 0)) + 1
+        before = last[start:]
+        return self._counter.count(before + added) - self._counter.count(before)
 
     def _inserted_tokens(self, old: str, at: int, added: str) -> int:
         """Tokens an insertion of `added` at `at` into `old` added, counted with the neighbouring lines so merges at

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -155,6 +156,71 @@ def test_the_learnings_of_a_burst_hold_one_copy_of_each_category_before_and_afte
     assert ws.cold.run_start is None
     assert all(len(ids) == 1 for ids in categories().values())
     assert {"Topic 3", "Topic 7", "New topic"} <= set(categories())
+
+
+def test_a_learning_appended_in_a_burst_costs_its_own_size_in_memory_not_memory_mds(
+    open_alpha: Callable[..., Workspace], person_io: HookedIO
+) -> None:
+    # A str cannot grow in place: making the text anew at each learning copied a 1 MB MEMORY.md per learning, and
+    # the heap kept holes the size of the file (the hour soak's RSS slope, torture/README.md).
+    big = "# Agent Memory\n" + "".join(
+        f"\n## Topic {c}\n" + f"- [2024-01-01] learning {c} of many\n" * 600 for c in range(50)
+    )
+    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
+    memory.write_text(big, encoding="utf-8")
+    ws = open_alpha(person_io)
+    assert len(big) > 1_000_000
+
+    async def burst() -> list[int]:
+        peaks = []
+        for n in range(20):
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            await ws.write(learn(f"Topic {n % 3}", f"burst {n}"))
+            peaks.append(tracemalloc.get_traced_memory()[1] - before)
+        return peaks
+
+    tracemalloc.start()
+    try:
+        peaks = asyncio.run(burst())
+    finally:
+        tracemalloc.stop()
+    assert ws.cold.run_start is not None
+    assert max(peaks[2:]) < len(big) // 4, peaks  # the first inserts and starts the run; then only blocks
+    assert ws.cold.text == memory_md(ws).read_text("utf-8")
+
+
+def test_a_burst_held_apart_from_the_text_gives_every_figure_the_whole_text_gives(ws: Workspace) -> None:
+    """Tokens, length, the parsed learnings and the run's mark, after each learning of a burst (none of which asks
+    for the text whole), are what the file on disk gives; and so is the text once asked for."""
+    counter = ws.counter
+    tricky = [
+        ("Topic 3", "plain"),
+        ("New topic", "a category of its own"),
+        ("Topic 3", "with a ``` run in it"),
+        ("Topic 8", "ünïcode and 😀"),
+        ("New topic", "again"),
+        ("Topic 1", "~~~ tildes"),
+    ]
+
+    async def burst() -> None:
+        await ws.write(learn("Topic 2", "inserted: no write came just before"))
+        assert ws.cold.learnings  # parsed once: the learnings are then carried, not parsed again
+        for category, text in tricky * 3:
+            await ws.write(learn(category, text))
+            on_disk = memory_md(ws).read_text("utf-8")
+            assert ws.cold.length == len(on_disk)
+            assert ws.cold.tokens == counter.count(on_disk)
+            parsed = ws.cold.parsed_if_any
+            assert parsed is not None and parsed.items == cold_format.parse_memory(on_disk)
+            assert ws.cold.run_start is not None
+            assert fsio_append.run_mark(memory_md(ws)) == cold_store.mark_for(on_disk, ws.cold.run_start)
+            assert not ws.cold.holds(on_disk)
+        assert ws.cold.text == memory_md(ws).read_text("utf-8")
+        assert ws.cold.fence_free(ws.cold.text) is False  # a block held a fence marker
+        ws.folder.timer and ws.folder.timer.cancel()
+
+    asyncio.run(burst())
 
 
 def test_a_learning_while_appended_sections_are_there_is_appended_too_and_folded_with_them(
