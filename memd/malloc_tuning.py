@@ -9,16 +9,18 @@ minutes (torture/README.md). The threshold is therefore fixed, so glibc never ra
 the per-thread arenas memd's thread pools would otherwise each get.
 
 Fixed where: a block from mmap is fresh pages, each faulted in and zeroed on first touch, ~3.5 us per 4 KiB page
-on this VM, so at 128 KiB (glibc's starting value) a learning added to a 1.9 MB MEMORY.md paid ~1 ms per
-megabyte string it built (the new text, its bytes, the file read back for the guard): `cold.learn` took 12.2 /
-10.8 ms there (two runs), 6.82 / 5.44 ms with blocks under 4 MiB taken from the heap (glibc's own dynamic
-threshold: 5.24 ms; docs/benchmarks.md, figure 10b). So blocks under MMAP_THRESHOLD come from the arenas and
-are reused, and the heap's top is given back to the kernel only past TRIM_THRESHOLD (a fixed mmap threshold
-otherwise leaves trimming at 128 KiB, and a big block freed at the top would be given back and faulted in
-again at the next one: 8.4 ms). Blocks of 4 MiB and more (a big day file's bytes) come from mmap and go back
-to the kernel when freed, unless the heap has that much free already. The price: megabyte strings now share
-the arenas, and the 6-minute soak's RSS slope is +139 MB/hour against +88-98 with 128 KiB (+182-218 with
-glibc's defaults).
+on this VM. While `cold.learn` rewrote MEMORY.md whole (and then, in a burst, made it anew per learning), that
+was ~1 ms per megabyte string per learning, and the threshold sat at 4 MiB so that those strings reused the heap
+(`cold.learn` 12.2 / 10.8 ms at 128 KiB, 6.82 / 5.44 ms at 4 MiB, at 20,000 learnings). A burst's learnings are
+now appended without copying the file (memd.tiers.cold_store), and the megabyte strings left (a fold every
+1,000 learnings, an accepted proposal, a big answer) are few; the heap they shared kept their holes: a daemon fed
+40,000 learnings (4 writers and a reader, one workspace) grew its main heap 25 -> 43-47 MB, 18-22 MB of it free
+and not given back. So blocks of MMAP_THRESHOLD (256 KiB) and more come from mmap and go back to the kernel
+when freed, and the heap's top is given back past TRIM_THRESHOLD (4 MiB; a big block freed at the top is not
+given back and faulted in again at the next). The same load: main heap 20-22 MB at the end, end RSS 114.7
+against 135.9 MB, daemon CPU 34.5 against 33.5 s; figure 10b (docs/benchmarks.md) within noise of the 4 MiB
+threshold. A 6-minute soak of older code: RSS slope +139 MB/hour at 4 MiB, +88-98 at 128 KiB, +182-218 with
+glibc's defaults (torture/README.md).
 
 The operator's environment wins: with MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_ARENA_MAX or
 GLIBC_TUNABLES set, glibc has applied them already and nothing is changed here. Another C library (musl has no
@@ -34,8 +36,8 @@ from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
-MMAP_THRESHOLD = 4 << 20
-TRIM_THRESHOLD = 32 << 20
+MMAP_THRESHOLD = 256 << 10
+TRIM_THRESHOLD = 4 << 20
 ARENA_MAX = 2
 _M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 _M_MMAP_THRESHOLD = -3

@@ -69,7 +69,7 @@ def test_status_says_what_memd_set_of_glibc_malloc_and_the_environment_wins(
     theirs = make_daemon("malloc-env", env={"MALLOC_ARENA_MAX": "4"}).call("status")["malloc"]
 
     if platform.libc_ver()[0] == "glibc":
-        assert own == {"applied": True, "mmap_threshold": 4194304, "trim_threshold": 33554432, "arena_max": 2}
+        assert own == {"applied": True, "mmap_threshold": 262144, "trim_threshold": 4194304, "arena_max": 2}
     assert theirs == {"applied": False, "reason": "set in the environment (MALLOC_ARENA_MAX)"}
 
 

@@ -26,8 +26,8 @@ def test_fixed_mmap_and_trim_thresholds_and_two_arenas_are_set() -> None:
 
     status = malloc_tuning.tune({}, mallopt)
 
-    assert mallopt.calls == [(-3, 4 << 20), (-1, 32 << 20), (-8, 2)]  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_ARENA_MAX
-    assert status == {"applied": True, "mmap_threshold": 4194304, "trim_threshold": 33554432, "arena_max": 2}
+    assert mallopt.calls == [(-3, 256 << 10), (-1, 4 << 20), (-8, 2)]  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_ARENA_MAX
+    assert status == {"applied": True, "mmap_threshold": 262144, "trim_threshold": 4194304, "arena_max": 2}
 
 
 @pytest.mark.parametrize(
