@@ -281,13 +281,23 @@ def fold_appended(base: str, blocks: Sequence[tuple[str, str]]) -> str:
     their sections, one by one: byte for byte what `insert_learning` makes of `base` and the same learnings in the
     same order. Made a section at a time (all of one section's go in at once, the last appended on top), not a
     learning at a time: a fold of 1,000 learnings copies a 2 MB file a few times, not 1,000 times."""
+    return fold_appended_steps(base, blocks)[0]
+
+
+def fold_appended_steps(base: str, blocks: Sequence[tuple[str, str]]) -> tuple[str, list[tuple[str, int, str]]]:
+    """`fold_appended`, and its insertions in order: (the text before, where, what), one per section, each what
+    `insert_learning_at` returns for the section's lines (so that the learnings parsed from `base` can be moved
+    instead of parsed again: memd.tiers.cold_learnings, Learnings.folded)."""
     by_heading: dict[str, list[str]] = {}
     for heading, line in blocks:
         by_heading.setdefault(heading, []).append(line)
     document = base
+    steps: list[tuple[str, int, str]] = []
     for heading, lines in by_heading.items():
-        document = _insert_line_at(document, heading, "".join(reversed(lines)), fence_free=False)[0]
-    return document
+        after, at, added = _insert_line_at(document, heading, "".join(reversed(lines)), fence_free=False)
+        steps.append((document, at, added))
+        document = after
+    return document, steps
 
 
 def may_fence(document: str) -> bool:

@@ -16,7 +16,7 @@ import bisect
 import operator
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from memd.textfmt import unescape_inline
 from memd.tiers import cold_format, cold_selection
@@ -158,6 +158,60 @@ class Learnings:
         else:
             self._counts.move_to_end(words)
         return count
+
+    # --- a fold -------------------------------------------------------------------------------------------------
+
+    def folded(self, run_start: int, steps: Sequence[tuple[str, int, str]]) -> Learnings | None:
+        """The learnings of the text a fold makes (ColdStore.prepare_fold) of the one these were parsed from, whose
+        blocks from `run_start` on a burst appended: `steps` are the fold's insertions into the text before the
+        run (cold_format.fold_appended_steps). Found without parsing the folded text, and holding the same learning
+        objects, moved: a parse of a 1 MB MEMORY.md is ~45 ms of Python holding the GIL, and made a new object
+        for every learning while the store held the old ones. None when that cannot be told this way (a text that
+        may hold fences, a run that is not one learning per block): parse the folded text instead. Safe in a
+        worker while the loop appends to these: only their first `count` learnings are read."""
+        count = self._count
+        j = bisect.bisect_left(self._offsets, run_start)
+        run_sections = self._sections[j:]
+        first = count - len(run_sections)
+        if any(section.first != first + n for n, section in enumerate(run_sections)):
+            return None
+        items = self._all[:count]  # one slice: atomic under the GIL while the loop extends the list
+        own = {learning: learning for learning in items[first:]}  # what the fold moves: these objects, not copies
+        del items[first:]
+        sections = self._sections[:j]
+        for before, at, added in steps:
+            if cold_format.may_fence(before) or cold_format.may_fence(added):
+                return None
+            if at == len(before):  # a section of its own, at the end
+                found, _, headed = cold_format.parse_sections(added)
+                if not headed or headed[0].first:
+                    return None
+                shift, above = len(before), len(items)
+                sections += [Section(h.offset + shift, h.category, h.first + above) for h in headed]
+                items += [own.get(learning, learning) for learning in found]
+                continue
+            k = bisect.bisect_left([section.offset for section in sections], at) - 1
+            if k < 0 or (at and before[at - 1] != "\n") or not added.endswith("\n"):
+                return None
+            category = sections[k].category
+            moved = []
+            for raw in added[:-1].split("\n"):
+                match = cold_format.learning_line(raw)
+                if match is None:
+                    return None
+                learning = Learning(category, sys.intern(match[1]), unescape_inline(match[2] or ""))
+                moved.append(own.get(learning, learning))
+            start = before.find("\n", sections[k].offset) + 1
+            above = sum(1 for raw in before[start:at].split("\n") if cold_format.learning_line(raw) is not None)
+            index = sections[k].first + above
+            items[index:index] = moved
+            grown, more = len(added), len(moved)
+            sections = [
+                s if n <= k else Section(s.offset + grown, s.category, s.first + more) for n, s in enumerate(sections)
+            ]
+        if len(items) != count:  # a fold moves learnings; it adds and drops none
+            return None
+        return Learnings(items, sections)
 
     # --- an insertion --------------------------------------------------------------------------------------------
 

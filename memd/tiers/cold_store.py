@@ -212,15 +212,18 @@ class ColdStore:
     def prepare_fold(self, text: str, run_start: int, known: Learnings | None = None) -> Fold | None:
         """In a worker: `text` with the blocks appended from `run_start` on folded back, counted and parsed (a fold
         of a big file costs a full count and parse, which must not hold the loop). None when the run is not
-        blocks as memd appends them (nothing memd would fold: it is not memd's run). `known`: the learnings the
-        store holds, whose objects the fold's learnings are (Learnings.reuse)."""
+        blocks as memd appends them (nothing memd would fold: it is not memd's run). `known`: the learnings of
+        `text` the store holds, moved where the fold puts them (Learnings.folded), else parsed anew holding the same
+        objects (Learnings.reuse)."""
         blocks = cold_format.parse_appended(text[run_start:])
         if blocks is None:
             return None
-        folded = cold_format.fold_appended(text[:run_start], blocks)
-        parsed = Learnings.parse(folded)
-        if known is not None:
-            parsed.reuse(known)
+        folded, steps = cold_format.fold_appended_steps(text[:run_start], blocks)
+        parsed = known.folded(run_start, steps) if known is not None else None
+        if parsed is None:
+            parsed = Learnings.parse(folded)
+            if known is not None:
+                parsed.reuse(known)
         return Fold(text, folded, self._counter.count(folded), parsed)
 
     def folded(self, fold: Fold, current: str, run_start: int | None) -> Fold | None:
