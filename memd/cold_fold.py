@@ -87,11 +87,12 @@ class ColdFolder:
     async def fold(self) -> None:
         """One fold (see the module docstring); armed again while a run is left (appended meanwhile, dropped)."""
         cold = self._cold
-        text, run_start, known = cold.text, cold.run_start, cold.parsed_if_any
+        text, run_start, known, tokens = cold.text, cold.run_start, cold.parsed_if_any, cold.tokens
         if cold.error is not None or run_start is None:
             return
+        loop = asyncio.get_running_loop()
         try:
-            fold = await asyncio.get_running_loop().run_in_executor(self._io, cold.prepare_fold, text, run_start, known)
+            fold = await loop.run_in_executor(self._io, cold.prepare_fold, text, run_start, known, tokens)
             if fold is None:  # not blocks as memd appends them: nothing of memd's to fold
                 log.warning("workspace %s: cold/MEMORY.md's end is not what memd appended; left as it is", self.name)
                 if cold.text is text:

@@ -312,6 +312,24 @@ def test_a_fold_moves_the_learnings_it_folds_and_reads_what_parsing_the_folded_t
         assert all(id(learning) in held for learning in moved.items)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(unfenced, documents).filter(bool),
+    st.lists(st.tuples(st.one_of(category_names, categories), values), min_size=1, max_size=12),
+)
+def test_a_fold_counted_from_what_it_moves_comes_to_what_counting_the_folded_text_gives(
+    counter: TokenCounter, document: str, burst: list[tuple[str, str]]
+) -> None:
+    """The store counts a fold by what the run and the fold's insertions add, not the folded file."""
+    text, known = burst_into(document, burst)
+    store = ColdStore(Path("/nonexistent/MEMORY.md"), counter)
+
+    fold = store.prepare_fold(text, len(document), known, tokens=counter.count(text))
+
+    assert fold is not None
+    assert fold.tokens == counter.count(fold.text)
+
+
 def test_a_burst_folded_under_sections_old_and_new_is_moved_not_parsed_again() -> None:
     document = (
         "# Agent Memory\n\n## A\nprose first\n- [2024-01-01] one\n\n## B\n- [2024-01-02] two\n\n## A\n"
