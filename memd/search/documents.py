@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,11 +165,11 @@ def warm_day(data: bytes, day: str, start: DayTail | None = None) -> tuple[list[
 # --- cold --------------------------------------------------------------------------------------------------------
 
 
-def cold(text: str) -> list[Doc]:
-    return [
-        Doc("cold", "learning", lr.date, None, line + 1, line + 1, lr.category, lr.text)
-        for line, lr in cold_format.located_learnings(text)
-    ]
+def cold(text: str) -> Iterator[Doc]:
+    """One document per learning, made as the index takes them in (a whole MEMORY.md's at once was tens of
+    megabytes of small objects on the search thread after every fold: cold_format.iter_located_learnings)."""
+    for line, lr in cold_format.iter_located_learnings(text):
+        yield Doc("cold", "learning", lr.date, None, line + 1, line + 1, lr.category, lr.text)
 
 
 def proposals(text: str) -> list[Doc]:

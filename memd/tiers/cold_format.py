@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import date
 from typing import NamedTuple
 
@@ -138,6 +138,31 @@ def located_learnings(text: str) -> list[tuple[int, Learning]]:
     """Every learning in file order with its 0-based line number. Never raises."""
     learnings, numbers, _ = parse_sections(text)
     return list(zip(numbers, learnings, strict=True))
+
+
+def iter_located_learnings(text: str) -> Iterator[tuple[int, Learning]]:
+    """`located_learnings`, one at a time: a text without a fence marker (`may_fence`) is read a line at a time,
+    never held as a list of its lines and learnings. The search thread reads a whole MEMORY.md after every fold;
+    80,000 lines and their learnings made at once grew pymalloc's arenas by ~16 MB each time, and the learnings the
+    daemon keeps, allocated between, stopped them from being given back (bench/learnings_rss.py)."""
+    if may_fence(text):  # a fence is known only once its closing line is read: the lines are needed first
+        yield from located_learnings(text)
+        return
+    category = ""
+    start = number = 0
+    while text:
+        end = text.find("\n", start)
+        raw = text[start:] if end < 0 else text[start:end]
+        heading = _heading_text(raw)
+        if heading is not None:
+            category = sys.intern(unescape_inline(heading))
+        else:
+            match = _LEARNING_RE.fullmatch(_content(raw))
+            if match is not None:
+                yield number, Learning(category, sys.intern(match[1]), unescape_inline(match[2] or ""))
+        if end < 0:
+            return
+        start, number = end + 1, number + 1
 
 
 def learning_line(text: str) -> re.Match[str] | None:

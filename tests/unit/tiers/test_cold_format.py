@@ -70,6 +70,19 @@ def test_learnings_are_read_with_their_section_date_text_and_line() -> None:
     assert parse_memory(HAND_EDITED) == [learning for _, learning in cold_format.located_learnings(HAND_EDITED)]
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(documents, unfenced, st.text(alphabet="#-[]0123456789 \n\r`~\ufeffabc\\", max_size=200)))
+def test_learnings_read_one_at_a_time_are_those_read_at_once_with_the_same_lines(text: str) -> None:
+    """The search index reads a whole MEMORY.md a learning at a time (cold_format.iter_located_learnings)."""
+    assert list(cold_format.iter_located_learnings(text)) == cold_format.located_learnings(text)
+
+
+def test_a_learning_in_a_closed_fence_is_not_read_one_at_a_time_either() -> None:
+    text = "## A\\nB\r\n```\n- [2024-01-01] in code\n```\n- [2024-01-02] out\r\n\ufeff- [2024-01-03] marked\n"
+    expected = [(4, Learning("A\nB", "2024-01-02", "out")), (5, Learning("A\nB", "2024-01-03", "marked"))]
+    assert list(cold_format.iter_located_learnings(text)) == cold_format.located_learnings(text) == expected
+
+
 def test_headings_and_texts_are_unescaped() -> None:
     text = "## a\\nb\n- [2024-01-01] x\\\\y\\nz\n"
     assert parse_memory(text) == [Learning("a\nb", "2024-01-01", "x\\y\nz")]
