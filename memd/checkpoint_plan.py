@@ -4,7 +4,8 @@ Pure planning over one hot document: which entries are old enough to compress (e
 how many tokens the summary may take so that hot ends at `checkpoint_target`, which parts must stay
 byte-identical, and the checks a summary must pass before it is applied. Entries are known by key (`id`, or a
 content hash for entries other tools wrote). The sequencing (git, summarizer, writer) is memd/checkpoint.py.
-Imports memd.workspace (types and token counts), memd.summarizer, the hot format, memd.config and memd.errors.
+Imports memd.workspace (types and token counts), memd.summarizer, the hot format and its rendering
+(memd.tiers.hot_render), memd.config and memd.errors.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from memd.config import CheckpointConfig
 from memd.errors import CheckpointFailed
 from memd.redact import redact
 from memd.summarizer import SUMMARY_HEADING, Entry, SummaryResult, fact_tokens
-from memd.tiers import hot_format
+from memd.tiers import hot_render
 from memd.tiers.hot_format import HotDoc
 from memd.workspace import Workspace
 
@@ -95,7 +96,7 @@ def plan_checkpoint(config: CheckpointConfig, ws: Workspace, doc: HotDoc) -> Pla
     kept: list[dict[str, Any]] = []
     used = 0
     for note in reversed(notes):
-        cost = counter.count_piece(hot_format.render_note(note))
+        cost = counter.count_piece(hot_render.render_note(note))
         if used + cost > recent_room:
             break
         kept.insert(0, note)

@@ -10,7 +10,7 @@ Budgets are in tokens, never characters. Every stored value reaches the text thr
 which pass it through memd.textfmt's escaping rule: this module adds only fixed headings, so no value can add a
 line or a heading to the payload. Handlers `await load_recent` first: it parses what the recent day files gained
 off the event loop when that is big (WarmStore.load), so assembling the payload here never parses a file.
-Imports memd.workspace, the tier formats and memd.tokens.
+Imports memd.workspace, the tier formats, the hot tier's rendering (memd.tiers.hot_render) and memd.tokens.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from memd.tiers import cold_format, hot_format, warm_format
+from memd.tiers import cold_format, hot_render, warm_format
 from memd.tiers.cold_format import Learning
 from memd.tiers.cold_learnings import Ranked
 from memd.tiers.hot_format import HotDoc
@@ -42,13 +42,13 @@ class Section:
 
 
 def render_hot(doc: HotDoc, counter: TokenCounter, budget: int) -> Section:
-    header = hot_format.render_header(doc)
+    header = hot_render.render_header(doc)
     decisions = list(doc.get("decisions") or [])
     notes = list(doc.get("notes") or [])
-    summary = hot_format.render_summary(str(doc.get("summary") or ""))
+    summary = hot_render.render_summary(str(doc.get("summary") or ""))
     fixed = counter.count_lines(header)
-    note_lines = [hot_format.render_note(n) for n in notes]
-    decision_lines = [hot_format.render_decision(d) for d in decisions]
+    note_lines = [hot_render.render_note(n) for n in notes]
+    decision_lines = [hot_render.render_decision(d) for d in decisions]
     note_costs = [counter.count_piece(line) for line in note_lines]
     decision_costs = [counter.count_piece(line) for line in decision_lines]
     summary_cost = counter.count_lines(summary)

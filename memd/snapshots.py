@@ -4,9 +4,12 @@ Triggers: changes reported by the registry (writes and outside edits, debounced 
 by `max_wait_seconds`, so sustained load gives at most one commit per window), the interval flush job (retries
 what failed), session start, before a retention sweep deletes, before and after a checkpoint (the hot tier alone:
 `tiers`), and shutdown.
-Staging and committing happen while the workspace's writer is held, so a snapshot is a consistent state that no
-batch is half way through. Faults degrade snapshots only: git missing, an unsafe repository
-(merge/rebase in progress), a corrupt repository or a failing push show in status, and writes go on.
+Only the workspace's mirror is made while its writer is held (memd.git_mirror: hard links, copies of the small
+day files memd appends to), so a snapshot is a consistent state that no batch is half way through; git stages and
+commits the mirror after the writer is let go, off the write path. Without a mirror (a restore, which holds the
+writer already, or a workspace no mirror can be made of) git stages and commits the workspace under the writer.
+Faults degrade snapshots only: git missing, an unsafe repository (merge/rebase in progress), a corrupt repository
+or a failing push show in status, and writes go on.
 A repository someone deleted (nothing left where its git dir was) is made again by the next snapshot, without a
 restart: the old history is gone (logged once), the new one starts from the files. Before that, before every
 commit and before any `git init`, the workspace directory must still be the one memd opened

@@ -3,7 +3,7 @@
 Each validates its params at this edge; writes go through `Workspace.write` with an edit of the batch draft and
 return the workspace's token usage once durable. `cold.get` and `context.get` rank learnings by topic with the
 search index (memd.handlers.search). Imports memd.handlers.access, memd.handlers.search, memd.context,
-memd.workspace, the tier formats, memd.params and memd.errors.
+memd.workspace, the tier formats, the hot tier's rendering (memd.tiers.hot_render), memd.params and memd.errors.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from memd.handlers.access import Call, result_with_usage
 from memd.handlers.proposals import context_section
 from memd.handlers.search import ranked_learnings
 from memd.params import Params
-from memd.tiers import hot_format
+from memd.tiers import hot_format, hot_render
 from memd.tiers.warm_format import WarmEntry
 from memd.workspace import Workspace
 
@@ -157,7 +157,7 @@ async def hot_note(call: Call, p: Params) -> Any:
 
 async def hot_get(call: Call, p: Params) -> Any:
     ws = call.ws
-    result: dict[str, Any] = {"hot": ws.hot.doc, "rendered": "".join(hot_format.render_lines(ws.hot.doc))}
+    result: dict[str, Any] = {"hot": ws.hot.doc, "rendered": "".join(hot_render.render_lines(ws.hot.doc))}
     if ws.hot.error is not None:
         result["error"] = ws.hot.error.message
     return result_with_usage(ws, result)

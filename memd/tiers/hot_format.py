@@ -1,5 +1,5 @@
 """The hot tier's document: `hot/context.json` and `hot/memd.json` parsed, merged, edited by pure functions, split
-back into the two files, rendered for the context window.
+back into the two files (rendered for the context window by memd.tiers.hot_render).
 
 The hot tier is two files. `hot/context.json` holds the session as agents written after the tiered-memory article
 load it (`HotMemory(**json.load(f))`): `session_id`, `task`, `current_step`, `files_modified`, `decisions`,
@@ -14,7 +14,7 @@ the workspace writer apply a batch to a draft and drop it whole if the disk writ
 Only standard JSON is accepted (no NaN or Infinity, no number that overflows a double, no key twice in one
 object, no half of a UTF-16 surrogate pair): what memd cannot write back exactly it refuses, like any other
 invalid file.
-Imports memd.errors and memd.textfmt.
+Imports only memd.errors.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 from memd.errors import CorruptFile
-from memd.textfmt import escape_inline, neutralise_line
 
 SCHEMA_VERSION = 2  # 2: memd's own keys live in hot/memd.json (1: everything was in hot/context.json)
 HotDoc = dict[str, Any]
@@ -268,11 +267,11 @@ def _with(doc: HotDoc, **changes: Any) -> HotDoc:
     return new
 
 
-def _strings(doc: HotDoc, key: str) -> list[str]:
+def string_list(doc: HotDoc, key: str) -> list[str]:
     return list(doc.get(key) or [])
 
 
-def _objects(doc: HotDoc, key: str) -> list[dict[str, Any]]:
+def object_list(doc: HotDoc, key: str) -> list[dict[str, Any]]:
     return list(doc.get(key) or [])
 
 
@@ -310,13 +309,13 @@ def update_progress(
     if step is not None:
         changes["current_step"] = step
     if files:
-        current = _strings(doc, "files_modified")
+        current = string_list(doc, "files_modified")
         seen = set(current)
         current += [f for f in dict.fromkeys(files) if f not in seen]
         changes["files_modified"] = current
     missing: list[str] = []
     if pending_add or pending_done:
-        pending = _strings(doc, "pending_actions")
+        pending = string_list(doc, "pending_actions")
         for item in pending_done:
             if item in pending:
                 pending.remove(item)
@@ -334,101 +333,9 @@ def add_decision(
     if risk is not None:
         decision["risk"] = risk
     decision.update(id=new_id("d", now), ts=_ts(now))
-    return _with(doc, decisions=[*_objects(doc, "decisions"), decision]), decision
+    return _with(doc, decisions=[*object_list(doc, "decisions"), decision]), decision
 
 
 def add_note(doc: HotDoc, text: str, now: datetime) -> tuple[HotDoc, dict[str, Any]]:
     note = {"id": new_id("n", now), "ts": _ts(now), "text": text}
-    return _with(doc, notes=[*_objects(doc, "notes"), note]), note
-
-
-# --- rendering for the context window ------------------------------------------------------------------------
-# Every stored value is rendered through textfmt's one escaping rule, so a value is one line that starts after
-# fixed text ("Task: ", "- ", ...): no field can add a line, a heading or an item, whatever line break it holds.
-
-SUMMARY_HEADING = "# Context Summary"  # the heading a checkpoint summary starts with (memd.summarizer)
-
-
-def _one_line(value: Any) -> str:
-    return escape_inline(str(value))
-
-
-def render_header(doc: HotDoc) -> list[str]:
-    """The pinned part: task, step, files, pending actions. Always shown whole."""
-    lines = ["# Current Session\n"]
-    if doc.get("session_id"):
-        lines.append(f"Session: {_one_line(doc['session_id'])}\n")
-    lines.append(f"Task: {_one_line(doc.get('task') or '(none)')}\n")
-    lines.append(f"Current step: {_one_line(doc.get('current_step') or '(none)')}\n")
-    files = _strings(doc, "files_modified")
-    if files:
-        lines.append("## Files modified\n")
-        lines += [f"- {_one_line(f)}\n" for f in files]
-    pending = _strings(doc, "pending_actions")
-    if pending:
-        lines.append("## Pending actions\n")
-        lines += [f"- {_one_line(p)}\n" for p in pending]
-    return lines
-
-
-# Escaping works character by character, so escaping a whole line once equals escaping each value in it.
-
-
-def render_decision(decision: dict[str, Any]) -> str:
-    risk = f" (risk: {decision['risk']})" if decision.get("risk") else ""
-    line = f"{decision.get('action', '')} — {decision.get('reason', '')}{risk}"
-    return f"- {escape_inline(line)}\n"
-
-
-def render_note(note: dict[str, Any]) -> str:
-    ts = note.get("ts")
-    line = f"[{ts}] {note.get('text', '')}" if ts else str(note.get("text", ""))
-    return f"- {escape_inline(line)}\n"
-
-
-def render_summary(summary: str) -> list[str]:
-    """The summary's lines: its `# Context Summary` heading as it is, every other line neutralised
-    (textfmt.neutralise_lines), so a summary can hold bullets and prose but never forge a heading or section."""
-    lines = summary.splitlines()  # at every line break textfmt escapes, as neutralise_lines splits
-    if lines and lines[0] == SUMMARY_HEADING:
-        return [SUMMARY_HEADING + "\n", *(neutralise_line(line) + "\n" for line in lines[1:])]
-    return [neutralise_line(line) + "\n" for line in lines]
-
-
-def render_lines(doc: HotDoc) -> list[str]:
-    """The whole hot tier as the agent's context window sees it, as newline-terminated lines."""
-    lines = render_header(doc)
-    decisions = _objects(doc, "decisions")
-    if decisions:
-        lines.append(DECISIONS_HEADING)
-        lines += [render_decision(d) for d in decisions]
-    lines += render_summary(str(doc.get("summary") or ""))
-    notes = _objects(doc, "notes")
-    if notes:
-        lines.append(NOTES_HEADING)
-        lines += [render_note(n) for n in notes]
-    return lines
-
-
-DECISIONS_HEADING = "## Decisions\n"
-NOTES_HEADING = "## Notes\n"
-
-
-def count_rendered(
-    doc: HotDoc,
-    count_line: Callable[[str], int],
-    count_summary: Callable[[str], int],
-    counted: Callable[[str, list[Any]], list[int]],
-) -> int:
-    """`sum(map(count_line, render_lines(doc)))`, made of parts the caller may remember: `count_summary(summary)`
-    for the summary's lines, `counted("decisions" | "notes", elements)` for each decision's and note's line
-    (`count_line(render_decision(d))`, `count_line(render_note(n))`)."""
-    total = sum(map(count_line, render_header(doc)))
-    decisions = _objects(doc, "decisions")
-    if decisions:
-        total += count_line(DECISIONS_HEADING) + sum(counted("decisions", decisions))
-    total += count_summary(str(doc.get("summary") or ""))
-    notes = _objects(doc, "notes")
-    if notes:
-        total += count_line(NOTES_HEADING) + sum(counted("notes", notes))
-    return total
+    return _with(doc, notes=[*object_list(doc, "notes"), note]), note

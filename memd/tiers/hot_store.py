@@ -8,7 +8,8 @@ rewrite is a replace guarded by exactly the bytes its batch was planned from. A 
 whose content changes, memd.json before context.json, and fsio_batch.apply_writes publishes them all or none.
 The store never writes; it hands the workspace FileWrites and is told when they became durable (`commit`).
 An invalid file on disk leaves the last good document in place for reads and blocks writes (`require_valid`).
-Imports memd.fsio, memd.fsio_batch, memd.tokens, memd.errors and the hot format.
+Imports memd.fsio, memd.fsio_batch, memd.tokens, memd.errors, the hot format and its rendering
+(memd.tiers.hot_render).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from memd import fsio, fsio_batch
 from memd.errors import CorruptFile
-from memd.tiers import HOT_MAX_BYTES, hot_format, read_tier_file
+from memd.tiers import HOT_MAX_BYTES, hot_format, hot_render, read_tier_file
 from memd.tiers.by_identity import ByKeyAndIdentity
 from memd.tiers.hot_format import FileName, HotDoc
 from memd.tokens import TokenCounter
@@ -105,19 +106,19 @@ class HotStore:
             raise CorruptFile(self.error.message, data={"path": str(self.path), "tier": "hot"})
 
     def count(self, doc: HotDoc) -> int:
-        """The tokens of `doc` rendered (`hot_format.render_lines`), each line counted as `TokenCounter.count_lines`
+        """The tokens of `doc` rendered (`hot_render.render_lines`), each line counted as `TokenCounter.count_lines`
         counts it."""
-        return hot_format.count_rendered(doc, self._counter.count_piece, self._summary_tokens, self._counted)
+        return hot_render.count_rendered(doc, self._counter.count_piece, self._summary_tokens, self._counted)
 
     def _element_tokens(self, key: str, element: dict[str, Any]) -> int:
-        render = hot_format.render_decision if key == "decisions" else hot_format.render_note
+        render = hot_render.render_decision if key == "decisions" else hot_render.render_note
         return self._counter.count_piece(render(element))
 
     def _summary_tokens(self, summary: str) -> int:
         last = self._summary_counted
         if summary == last[0]:
             return last[1]
-        tokens = self._counter.count_lines(hot_format.render_summary(summary))
+        tokens = self._counter.count_lines(hot_render.render_summary(summary))
         self._summary_counted = (summary, tokens)
         return tokens
 

@@ -31,7 +31,7 @@ from memd.config import BudgetConfig, CheckpointConfig, SnapshotConfig, Workspac
 from memd.errors import Busy, CheckpointFailed
 from memd.snapshots import Snapshotter
 from memd.summarizer import SUMMARY_HEADING, Entry, ExtractiveSummarizer, SummaryRequest, SummaryResult, fact_tokens
-from memd.tiers import hot_format, warm_format, warm_parse, warm_store
+from memd.tiers import hot_format, hot_render, warm_format, warm_parse, warm_store
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -258,7 +258,7 @@ def test_the_recent_window_gives_up_its_oldest_notes_before_the_target_is_missed
     run(set_progress(ws, step))
     doc = ws.hot.doc
     natural = recent_window(counter, doc["notes"], 0.2 * BUDGET.hot)
-    assert sum(counter.count_piece(hot_format.render_note(n)) for n in natural) > 100
+    assert sum(counter.count_piece(hot_render.render_note(n)) for n in natural) > 100
 
     plan = make_checkpointer().plan(ws, doc)
 

@@ -18,7 +18,7 @@ from memd import context
 from memd.batch import Draft
 from memd.config import BudgetConfig, WorkspaceConfig
 from memd.context import COLD_MISSES, build_context, render_cold, render_hot, render_warm
-from memd.tiers import cold_format, cold_selection, hot_format
+from memd.tiers import cold_format, cold_selection, hot_format, hot_render
 from memd.tiers.warm_format import WarmEntry
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
@@ -117,7 +117,7 @@ def test_hot_stays_within_every_budget_from_zero_up(
 ) -> None:
     doc = busy_workspace(make_workspace).hot.doc
     doc = {**doc, "summary": "Earlier work: moved the signing keys to KMS and rotated them twice.\n" * 3}
-    whole = counter.count("".join(hot_format.render_lines(doc)))
+    whole = counter.count("".join(hot_render.render_lines(doc)))
 
     for budget in range(0, whole + 10):
         section = render_hot(doc, counter, budget)
@@ -209,14 +209,14 @@ def test_a_hot_tier_that_fits_is_rendered_whole(make_workspace: Callable[..., Wo
 
     section = render_hot(ws.hot.doc, ws.counter, 10_000)
 
-    assert section.text == "".join(hot_format.render_lines(ws.hot.doc))
+    assert section.text == "".join(hot_render.render_lines(ws.hot.doc))
     assert (section.items, section.omitted) == (10, 0)
 
 
 def test_the_oldest_notes_are_dropped_first(make_workspace: Callable[..., Workspace], counter: TokenCounter) -> None:
     doc = busy_workspace(make_workspace).hot.doc
     whole = render_hot(doc, counter, 10_000).usage.tokens
-    per_note = counter.count(hot_format.render_note(doc["notes"][0]))
+    per_note = counter.count(hot_render.render_note(doc["notes"][0]))
 
     section = render_hot(doc, counter, whole - 3 * per_note)
 
@@ -231,7 +231,7 @@ def test_without_room_for_notes_the_oldest_decisions_go_and_the_pinned_header_st
     make_workspace: Callable[..., Workspace], counter: TokenCounter
 ) -> None:
     doc = busy_workspace(make_workspace).hot.doc
-    header = counter.count("".join(hot_format.render_header(doc)))
+    header = counter.count("".join(hot_render.render_header(doc)))
 
     section = render_hot(doc, counter, header + 30)
 

@@ -1,5 +1,6 @@
-"""The merges of memd's files (memd.merge_driver): nothing either side added is lost, nothing is doubled, what one
-side deleted and the other left alone stays deleted, and what cannot be merged is a conflict, never a guess."""
+"""The merges of memd's files (memd.merge_driver, memd.merge_cold): nothing either side added is lost, nothing is
+doubled, what one side deleted and the other left alone stays deleted, and what cannot be merged is a conflict,
+never a guess."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memd.merge_driver import kind_of, main, merge, merge_cold, merge_proposed, merge_warm
+from memd.merge_cold import merge_cold
+from memd.merge_driver import kind_of, main, merge, merge_proposed, merge_warm
 from memd.tiers import cold_format, proposals_format, warm_format
 
 HEAD = "# Activity Log 2024-03-15 (UTC+00:00, UTC)\n\n"

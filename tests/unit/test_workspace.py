@@ -25,7 +25,7 @@ from memd import fsio, fsio_batch
 from memd.batch import Draft
 from memd.config import BudgetConfig, LimitsConfig, WarmConfig, WorkspaceConfig
 from memd.errors import Busy, CorruptFile, ShuttingDown, StorageError
-from memd.tiers import cold_format, hot_format, proposals_format, warm_format
+from memd.tiers import cold_format, hot_render, proposals_format, warm_format
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -585,7 +585,7 @@ def test_hot_and_warm_usage_match_a_full_recount_after_writes(ws: Workspace) -> 
 
     usage = ws.usage()
 
-    assert usage["hot"].tokens == ws.counter.count("".join(hot_format.render_lines(ws.hot.doc)))
+    assert usage["hot"].tokens == ws.counter.count("".join(hot_render.render_lines(ws.hot.doc)))
     assert usage["warm"].tokens == ws.counter.count(day_file(ws).read_text(encoding="utf-8"))
 
 

@@ -1,5 +1,5 @@
-"""Specification of the hot tier's document (memd.tiers.hot_format): adopt any context.json, keep what memd
-does not know, edit by returning new documents."""
+"""Specification of the hot tier's document (memd.tiers.hot_format) and its rendering (memd.tiers.hot_render):
+adopt any context.json, keep what memd does not know, edit by returning new documents."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memd.errors import CorruptFile
-from memd.tiers import hot_format
+from memd.tiers import hot_format, hot_render
 from memd.tiers.hot_format import HotDoc
 
 NOW = datetime(2024, 3, 15, 9, 30, 0, tzinfo=UTC)
@@ -258,7 +258,7 @@ def test_render_lines_shows_task_step_files_pending_decisions_and_notes(recipe: 
     doc, _ = hot_format.add_note(recipe, "remember the clock skew", NOW)
     doc = {**doc, "summary": "Earlier: moved keys to KMS."}
 
-    lines = hot_format.render_lines(doc)
+    lines = hot_render.render_lines(doc)
     text = "".join(lines)
 
     assert all(line.endswith("\n") for line in lines)
@@ -279,7 +279,7 @@ def test_render_lines_shows_task_step_files_pending_decisions_and_notes(recipe: 
 
 
 def test_render_lines_of_an_empty_document_shows_no_task() -> None:
-    text = "".join(hot_format.render_lines(hot_format.empty_doc()))
+    text = "".join(hot_render.render_lines(hot_format.empty_doc()))
 
     assert "Task: (none)\n" in text
     assert "## Decisions" not in text and "## Notes" not in text
@@ -288,7 +288,7 @@ def test_render_lines_of_an_empty_document_shows_no_task() -> None:
 def test_a_multiline_value_cannot_start_a_new_line_of_structure() -> None:
     doc: dict[str, Any] = {**hot_format.empty_doc(), "task": "line one\n## Decisions\n- forged"}
 
-    lines = hot_format.render_lines(doc)
+    lines = hot_render.render_lines(doc)
 
     assert "## Decisions\n" not in lines
     assert not any(line.startswith("- forged") for line in "".join(lines).split("\n"))
@@ -400,7 +400,7 @@ def every_field(value: str) -> HotDoc:
 
 def rendered_lines(doc: HotDoc) -> list[str]:
     """The rendering as any reader splits it: at every line break, not only LF."""
-    return "".join(hot_format.render_lines(doc)).splitlines()
+    return "".join(hot_render.render_lines(doc)).splitlines()
 
 
 @pytest.mark.parametrize("brk", LINE_BREAKS, ids=[repr(b) for b in LINE_BREAKS])
@@ -461,7 +461,7 @@ def test_a_summary_keeps_its_heading_and_bullets_but_cannot_forge_a_heading_or_f
 def test_an_ordinary_summary_renders_exactly_as_written() -> None:
     summary = "# Context Summary\n_(extractive: first lines)_\n- [2024-03-15T09:30] a note\n- Decided: x — y\n"
 
-    assert "".join(hot_format.render_summary(summary)) == summary
+    assert "".join(hot_render.render_summary(summary)) == summary
 
 
 # --- two files: hot/context.json (the article's fields) and hot/memd.json (memd's own) ---------------------------

@@ -7,7 +7,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from memd.tiers import hot_format
+from memd.tiers import hot_format, hot_render
 from memd.tiers.by_identity import SLACK, ByIdentity
 from memd.tiers.hot_format import HotDoc
 from memd.tiers.hot_store import HotStore
@@ -17,7 +17,7 @@ T0 = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
 
 
 def afresh(counter: TokenCounter, doc: HotDoc) -> int:
-    return sum(counter.count_piece(line) for line in hot_format.render_lines(doc))
+    return sum(counter.count_piece(line) for line in hot_render.render_lines(doc))
 
 
 def edits(seed: int, steps: int) -> list[HotDoc]:
