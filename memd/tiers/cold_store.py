@@ -236,7 +236,7 @@ class ColdStore:
         """The tokens of a fold of `base + run` (counted `tokens`) whose insertions into `base` are `steps`: the
         run's share taken off as an append counted it (with `base`'s last line: `_appended_tokens`), each
         insertion's added as a learning's is (`_inserted_tokens`). What the fold adds is counted, not the file: a
-        count of a 2.4 MB MEMORY.md (80,000 learnings) is ~0.4 s of a worker per fold, a third of a burst's CPU."""
+        count of a 3 MB MEMORY.md (80,000 learnings) is ~0.3 s of a worker per fold, a third of a burst's CPU."""
         line = base[base.rfind("\n", 0, max(len(base) - 1, 0)) + 1 :]
         tokens -= self._counter.count(line + run) - self._counter.count(line)
         for before, at, added in steps:
