@@ -343,3 +343,41 @@ def test_a_burst_folded_under_sections_old_and_new_is_moved_not_parsed_again() -
     assert moved is not None
     assert moved.items == fresh(folded).items and moved._sections == fresh(folded)._sections
     assert [lr.text for lr in moved.items] == ["w", "x", "one", "z", "two", "3", "y", "y", "v"]
+
+
+DAYS = ["2024-03-01", "2024-04-01", "2024-05-01"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(unfenced, documents).filter(bool), st.data())
+def test_learnings_carried_through_insertions_bursts_and_folds_read_what_parsing_the_file_reads(
+    document: str, data: st.DataObject
+) -> None:
+    """A chain of what the store does (a learning inserted, a burst's learnings appended, the burst folded), the
+    lookups read at random points in between (each `Learnings` hands its lookups to the next: a cache read before
+    one step and updated in place by the next must still be true after both), against a parse of the file."""
+    text, known, run_start = document, fresh(document), None
+    for _ in range(data.draw(st.integers(1, 8), label="steps")):
+        step = data.draw(st.sampled_from(["insert", "append", "fold"]), label="step")
+        category = data.draw(st.one_of(category_names, categories), label="category")
+        value, day = data.draw(values, label="value"), data.draw(st.sampled_from(DAYS), label="day")
+        if run_start is not None and step in ("insert", "fold"):  # the store folds a run before any other edit
+            blocks = cold_format.parse_appended(text[run_start:])
+            assert blocks is not None
+            folded, steps = cold_format.fold_appended_steps(text[:run_start], blocks)
+            text, known, run_start = folded, known.folded(run_start, steps) or fresh(folded), None
+        if step == "insert":
+            result = insert_learning(text, category, day, value)
+            at, added = insertion_point(text, result)
+            text, known = result, known.inserted(text, at, added) or fresh(result)
+        elif step == "append":
+            made = cold_format.append_learning_at(text, category, day, value)
+            if made is None:  # an empty document: its preamble is insert_learning's to write
+                continue
+            after, _, added = made
+            carried = known.appended(len(text), text.endswith("\n"), added)
+            run_start = len(text) if run_start is None else run_start
+            text, known = after, carried or fresh(after)
+        if data.draw(st.booleans(), label="read the lookups now"):
+            with_lookups(known)
+    assert_same(known, text)
