@@ -22,7 +22,7 @@ from pathlib import Path
 from memd.fsio import _O_CLOEXEC, _O_NOFOLLOW, _O_NONBLOCK, Fingerprint, _refuse_symlinked_dir, _write_all, matches
 
 # An extended attribute memd sets on cold/MEMORY.md while a run of learnings it appended is there (see
-# memd.tiers.cold_store.ColdStore.mark_for: the run's length and digest), so that a daemon stopped or killed in a
+# memd.tiers.cold_store.mark_for: the run's length and digest), so that a daemon stopped or killed in a
 # burst knows at its next start which blocks at the end are its own. Set with every write of the file while a run
 # is there (appends and replaces); a fold's new file has none. A person's save by rename, a copy or a file system
 # without user attributes has none: nothing is taken for a run then.

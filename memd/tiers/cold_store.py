@@ -5,13 +5,13 @@ it. Token counts grow by the inserted line (incremental) and are recounted whene
 parsed learnings take each insertion in without reading the file again (memd.tiers.cold_learnings). The blocks a
 burst appends are held apart from the text until something needs it whole (`text`): a learning appended to a
 2 MB MEMORY.md copies neither the file nor the run it joins.
-Imports memd.fsio, memd.fsio_batch, memd.tokens, memd.errors and the cold format.
+Imports memd.fsio, memd.fsio_append, memd.fsio_batch, memd.tokens, memd.errors, the cold format, the cold
+learnings and memd.tiers.cold_edits (which insertions led from one text to another).
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -21,7 +21,7 @@ from typing import Any
 
 from memd import fsio, fsio_append, fsio_batch
 from memd.errors import CorruptFile
-from memd.tiers import COLD_MAX_BYTES, cold_format, read_tier_file
+from memd.tiers import COLD_MAX_BYTES, cold_edits, cold_format, read_tier_file
 from memd.tiers.cold_format import Learning
 from memd.tiers.cold_learnings import Learnings
 from memd.tokens import TokenCounter
@@ -270,7 +270,7 @@ class ColdStore:
         fingerprint; otherwise a replace guarded by the bytes the current text came from (a person's `>>`
         meanwhile is not lost either way). Either is marked with the run `text` ends with, if any (`run_start`:
         `mark_for`)."""
-        steps = _chain(self.text, text, inserts)
+        steps = cold_edits.chain(self.text, text, inserts)
         fp = self.fingerprint
         if steps and fp is not None and self.error is None and all(at == len(before) for before, at, _ in steps):
             added = text[len(self.text) :].encode("utf-8")
@@ -300,9 +300,9 @@ class ColdStore:
         start, tokens, parsed = self.text, self.tokens, self._parsed
         if fold is not None:
             start, tokens, parsed = fold.text, fold.tokens, fold.parsed
-        steps = _chain(start, text, inserts)
+        steps = cold_edits.chain(start, text, inserts)
         if steps is None:
-            at, added = insertion_point(start, text)
+            at, added = cold_edits.insertion_point(start, text)
             steps = [(start, at, added)] if added else []
             if not added and text is not start:
                 tokens += self._counter.count(text) - self._counter.count(start)
@@ -418,32 +418,3 @@ def mark_for(text: str, run_start: int | None) -> bytes | None:
 
 def _digest(run: str) -> bytes:
     return hashlib.blake2b(run.encode("utf-8"), digest_size=16).hexdigest().encode()
-
-
-def _chain(start: str, end: str, inserts: Sequence[tuple[str, int, str, str]]) -> list[tuple[str, int, str]] | None:
-    """The insertions (text before, where, what) that lead from `start` to `end`, when `inserts` is such a chain
-    (each starting from the text the one before led to); None when it is not (no insertion recorded, an edit
-    other than an insertion in between, a request's edit undone)."""
-    if not inserts or inserts[0][0] is not start or inserts[-1][3] is not end:
-        return None
-    for (_, _, _, after), (before, _, _, _) in itertools.pairwise(inserts):
-        if after is not before:
-            return None
-    return [(before, at, added) for before, at, added, _ in inserts]
-
-
-def insertion_point(old: str, new: str) -> tuple[int, str]:
-    """Where `new` differs from `old` and what was inserted there ("" when it is not a pure insertion)."""
-    grown = len(new) - len(old)
-    if grown <= 0:
-        return 0, ""
-    lo, hi = 0, len(old)  # binary search for the longest common prefix, comparing slices in C
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if new[:mid] == old[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    if new[lo + grown :] != old[lo:]:
-        return 0, ""
-    return lo, new[lo : lo + grown]

@@ -12,10 +12,11 @@ from memory_docs import categories, category_names, documents, unfenced, values
 
 from memd import fsio
 from memd.tiers import cold_format, cold_selection
+from memd.tiers.cold_edits import insertion_point
 from memd.tiers.cold_format import Learning, insert_learning, insert_learning_at, parse_memory
 from memd.tiers.cold_learnings import Learnings, Ranked
 from memd.tiers.cold_selection import relevant
-from memd.tiers.cold_store import ColdStore, insertion_point
+from memd.tiers.cold_store import ColdStore
 from memd.tokens import TokenCounter
 
 TOPICS = ["", "A", "zz", "ab", "xa", "é x", "ba bx", "2024"]  # words of 2+ letters the pieces make, and none
