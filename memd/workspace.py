@@ -124,7 +124,7 @@ class Workspace:
         removed = fsio.remove_stale_temp_files([self.root / t for t in TIERS])
         self.hot.load()
         self.cold.load()
-        _ = self.cold.learnings  # parsed now (at start: before the socket serves), not by the first read
+        _ = self.cold.parsed  # parsed now (at start: before the socket serves), not by the first read
         self.proposals.load()
         self.warm.scan()
         for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
@@ -324,7 +324,7 @@ class Workspace:
         for day in self.warm.recent_days(self.today(), self.config.warm.recent_days):
             self.warm.tokens_for(day)  # counted here, not by the next read on the loop
         if "cold" in changed:
-            _ = self.cold.learnings
+            _ = self.cold.parsed
         return changed
 
     def refresh(self) -> set[str]:

@@ -90,7 +90,7 @@ async def ranked_learnings(call: Call, ws: Workspace, topic: str | None) -> Rank
         return None
     parsed = ws.cold.parsed
     by_content = parsed.by_content()
-    ranked = list(dict.fromkeys(by_content[key] for key in found if key in by_content))
+    ranked = list(dict.fromkeys(learning for learning in map(by_content.get, found) if learning is not None))
     matches = cold_selection.matcher(cold_selection.topic_words(topic))
     # The rule's learnings that are copies of a ranked one are not listed again.
     listed = sum(parsed.copies(lr) for lr in ranked if matches(lr))

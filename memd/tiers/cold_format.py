@@ -117,8 +117,8 @@ def parse_sections(text: str) -> tuple[list[Learning], list[int], list[Section]]
             continue
         heading = _heading_text(raw)
         if heading is not None:
-            # interned: a burst appends each learning under a heading line of its own (append_learning_at), and
-            # the learnings a fold moves keep their objects (Learnings.reuse), so each held a copy of its category
+            # interned: a burst appends each learning under a heading line of its own (append_learning_at), and a
+            # list of the learnings would hold a copy of the category per learning
             category = sys.intern(unescape_inline(heading))
             sections.append(Section(start, category, len(learnings)))
             continue

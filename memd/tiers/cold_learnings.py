@@ -5,18 +5,28 @@ learning memd inserts (`cold.learn`, an accepted proposal) becomes a new `Learni
 the document: its section is found among the headings' offsets, and nothing else moves but the sections below
 it. The lookups reads make are kept with it: by content (a topic's ranking names learnings by content), newest
 first, and how many learnings each recent topic matches. Each is made at most once per text, and the ones an
-insertion can update in place (by content, newest first, the counts) are handed on to the next `Learnings`, so a
-read after a `cold.learn` costs what it returns, not the size of MEMORY.md. Pure: no I/O. Imports the cold
-format and the cold selection (memd.tiers.cold_selection).
+insertion can update in place are handed on to the next `Learnings`, so a read after a `cold.learn` costs what it
+returns, not the size of MEMORY.md.
+
+No object is held per learning: a MEMORY.md gains tens of thousands of learnings a day under a busy agent, and a
+`Learning` tuple with its text string and its entries in the lookups was ~170 bytes of Python objects each (the
+hour soak's RSS grew 12-14 MB an hour by them alone). Each learning has an id in an `_Arena` (its texts joined in
+blocks, its date and category as small ints in arrays, ~40 bytes a learning); a `Learnings` is an array of ids in
+file order, and its lookups are arrays of ids (newest first; by the hash of the text). A `Learning` is made when a
+read reaches it. Ids only grow: every `Learnings` made from another by an insertion, an append or a fold holds the
+ids 0 to its count - 1 of one arena, which is how a scan of the arena's texts tells the learnings of a text.
+Pure: no I/O. Imports the cold format and the cold selection (memd.tiers.cold_selection).
 """
 
 from __future__ import annotations
 
 import bisect
-import operator
-import sys
+import struct
+import threading
+from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import overload
 
 from memd.textfmt import unescape_inline
 from memd.tiers import cold_format, cold_selection
@@ -24,124 +34,339 @@ from memd.tiers.cold_format import Learning, Section
 
 # The topics whose match count a `Learnings` keeps (the counts move with every insertion: one test per topic).
 COUNTED_TOPICS = 64
-# The most learnings an addition puts into the kept newest-first order one by one (each a list insertion, ~10 us
-# at 20,000 learnings); past that the next read that needs the order sorts them all once (~2 ms at 20,000).
+# The most learnings an addition puts into the kept newest-first order one by one (each an array insertion); past
+# that the next read that needs the order sorts them all once.
 BY_DATE_INSERTS = 16
-_DATE = operator.itemgetter(1)  # Learning.date
+_BLOCK_BITS = 9
+_BLOCK = 1 << _BLOCK_BITS  # learnings per arena block: what one addition copies of the block it extends
+_ID = struct.Struct("=I")  # an id as array("I") holds it, to find one in the bytes of an array of ids
+_LOW_32 = 0xFFFFFFFF
+_new_learning = tuple.__new__  # Learning(...) without its __new__'s Python frame: reads make thousands
 
 Content = tuple[str, str]  # (category, text)
 
 
-class ByContent(Mapping[Content, Learning]):
-    """The first learning of each (category, text), in file order. Kept by text alone: a (category, text) tuple
-    per learning was 64 bytes more of every learning held (a text under two categories holds a tuple of them)."""
+class _Names:
+    """Small ints for the few distinct strings many learnings share (dates, categories), for the life of the
+    process: a file holds a few hundred dates and categories, each on thousands of lines."""
 
     def __init__(self) -> None:
-        self._by_text: dict[str, Learning | tuple[Learning, ...]] = {}
+        self.names: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._lock = threading.Lock()  # a fold parses in a worker while the loop inserts
 
-    def __getitem__(self, key: Content) -> Learning:
-        found = self._by_text.get(key[1])
-        if isinstance(found, Learning):
-            if found.category == key[0]:
-                return found
-        elif found is not None:
-            for learning in found:
-                if learning.category == key[0]:
-                    return learning
-        raise KeyError(key)
+    def id(self, name: str) -> int:
+        found = self._ids.get(name)
+        if found is None:
+            with self._lock:
+                found = self._ids.get(name)
+                if found is None:
+                    found = self._ids[name] = len(self.names)
+                    self.names.append(name)
+        return found
 
-    def __iter__(self) -> Iterator[Content]:
-        for text, found in self._by_text.items():
-            for learning in (found,) if isinstance(found, Learning) else found:
-                yield learning.category, text
+
+_DATES = _Names()
+_CATEGORIES = _Names()
+
+
+class _Block:
+    """Up to _BLOCK learnings of an arena: their texts, each followed by a line end, in one string (`starts[k]`
+    is where text k starts, `starts[-1]` the string's length), their dates and categories as `_Names` ids. Not
+    changed once made: an addition makes the next block, so a reader in another thread is never disturbed."""
+
+    __slots__ = ("categories", "dates", "starts", "text")
+
+    def __init__(self, text: str, starts: array[int], dates: array[int], categories: array[int]) -> None:
+        self.text = text
+        self.starts = starts
+        self.dates = dates
+        self.categories = categories
 
     def __len__(self) -> int:
-        return sum(1 if isinstance(found, Learning) else len(found) for found in self._by_text.values())
+        return len(self.dates)
 
-    def add(self, learning: Learning, first: bool) -> None:
-        """Record `learning`; `first`: before every one recorded (else after them): it replaces one alike."""
-        found = self._by_text.get(learning.text)
+    def extended(self, entries: Sequence[tuple[int, int, str]]) -> _Block:
+        starts = array("I", self.starts)
+        end = starts[-1]
+        for _, _, text in entries:
+            end += len(text) + 1
+            starts.append(end)
+        joined = self.text + "".join(text + "\n" for _, _, text in entries)
+        dates = _names_array(self.dates, [date for _, date, _ in entries])
+        categories = _names_array(self.categories, [category for category, _, _ in entries])
+        return _Block(joined, starts, dates, categories)
+
+    def truncated(self, count: int) -> _Block:
+        return _Block(
+            self.text[: self.starts[count]], self.starts[: count + 1], self.dates[:count], self.categories[:count]
+        )
+
+
+def _names_array(ids: array[int], more: list[int]) -> array[int]:
+    """`ids` followed by `more`, two bytes an id while every one fits (a file has a few hundred dates and
+    categories; a hostile one may have more)."""
+    code = "H" if ids.typecode == "H" and (not more or max(more) <= 0xFFFF) else "I"
+    grown = array(code, ids)
+    grown.extend(more)
+    return grown
+
+
+_EMPTY_BLOCK = _Block("", array("I", [0]), array("H"), array("H"))
+
+
+class _Arena:
+    """The learnings of a lineage of `Learnings`, by id (see the module docstring). Ids are only added; an
+    addition by a `Learnings` that does not hold every id there is (one made before the last addition) forks
+    the arena first (`fork`: the blocks are shared, not copied)."""
+
+    __slots__ = ("blocks", "size")
+
+    def __init__(self, blocks: list[_Block] | None = None, size: int = 0) -> None:
+        self.blocks = blocks if blocks is not None else []
+        self.size = size
+
+    def add(self, entries: Sequence[tuple[int, int, str]]) -> range:
+        """Add (category id, date id, text) entries; their ids."""
+        first = self.size
+        done = 0
+        while done < len(entries):
+            if self.blocks and len(self.blocks[-1]) < _BLOCK:
+                last = self.blocks[-1]
+                take = entries[done : done + _BLOCK - len(last)]
+                self.blocks[-1] = last.extended(take)  # one store: a reader sees the old block or the new one
+            else:
+                take = entries[done : done + _BLOCK]
+                self.blocks.append(_EMPTY_BLOCK.extended(take))
+            done += len(take)
+            self.size += len(take)
+        return range(first, self.size)
+
+    def fork(self, size: int) -> _Arena:
+        """The arena of the first `size` ids, sharing their blocks."""
+        whole, rest = divmod(size, _BLOCK)
+        blocks = self.blocks[:whole]
+        if rest:
+            blocks.append(self.blocks[whole].truncated(rest))
+        return _Arena(blocks, size)
+
+    def text(self, i: int) -> str:
+        block = self.blocks[i >> _BLOCK_BITS]
+        k = i & (_BLOCK - 1)
+        return block.text[block.starts[k] : block.starts[k + 1] - 1]
+
+    def date(self, i: int) -> str:
+        return _DATES.names[self.blocks[i >> _BLOCK_BITS].dates[i & (_BLOCK - 1)]]
+
+    def category(self, i: int) -> str:
+        return _CATEGORIES.names[self.blocks[i >> _BLOCK_BITS].categories[i & (_BLOCK - 1)]]
+
+    def learning(self, i: int) -> Learning:
+        block = self.blocks[i >> _BLOCK_BITS]
+        k = i & (_BLOCK - 1)
+        text = block.text[block.starts[k] : block.starts[k + 1] - 1]
+        return _new_learning(Learning, (_CATEGORIES.names[block.categories[k]], _DATES.names[block.dates[k]], text))
+
+    def scores(self, words: Sequence[str], categories: Iterable[str], count: int) -> dict[int, int]:
+        """cold_selection.relevant's score of each of the ids below `count` that scores: 2 for each of `words`
+        in its category (one of `categories`), 1 for each in its text. The text is scanned a block at a time
+        with str.find, one hit per learning and word, not a learning at a time."""
+        by_category = {_CATEGORIES.id(c): 2 * sum(w in c.lower() for w in words) for c in categories}
+        scoring = {c for c, score in by_category.items() if score}
+        scores: dict[int, int] = {}
+        for number, block in enumerate(self.blocks):
+            base = number << _BLOCK_BITS
+            if base >= count:
+                break
+            size = min(len(block), count - base)
+            starts = block.starts
+            if scoring and not scoring.isdisjoint(block.categories[:size]):
+                for k, category in enumerate(block.categories[:size]):
+                    if category in scoring:
+                        scores[base + k] = by_category[category]
+            end = starts[size]
+            low = block.text[:end].lower()
+            if len(low) != end:  # a character that lowers to more than one: positions move, a learning at a time
+                for k in range(size):
+                    text = block.text[starts[k] : starts[k + 1] - 1].lower()
+                    hits = sum(w in text for w in words)
+                    if hits:
+                        scores[base + k] = scores.get(base + k, 0) + hits
+                continue
+            for word in words:
+                at = low.find(word, 0, end)
+                while at >= 0:
+                    k = bisect.bisect_right(starts, at) - 1
+                    scores[base + k] = scores.get(base + k, 0) + 1
+                    at = low.find(word, starts[k + 1], end)
+        return scores
+
+
+class _Picked(Sequence[Learning]):
+    """Learnings of an arena by id, made as they are read."""
+
+    __slots__ = ("_arena", "_ids")
+
+    def __init__(self, arena: _Arena, ids: Sequence[int]) -> None:
+        self._arena = arena
+        self._ids = ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Learning: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Learning]: ...
+    def __getitem__(self, index: int | slice) -> Learning | list[Learning]:
+        if isinstance(index, slice):
+            return [self._arena.learning(i) for i in self._ids[index]]
+        return self._arena.learning(self._ids[index])
+
+    def __iter__(self) -> Iterator[Learning]:
+        return map(self._arena.learning, self._ids)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:  # compared by content, like a list; never a key
+        raise TypeError("unhashable type: '_Picked'")
+
+    def __repr__(self) -> str:
+        return f"_Picked({list(self)!r})"
+
+
+class _ByText:
+    """The ids of a `Learnings` sorted by the hash of their text (its low 32 bits): which ones hold a text,
+    without a dict entry per learning (8 bytes a learning here). Changed in place by the insertions it is handed
+    on through."""
+
+    __slots__ = ("hashes", "ids")
+
+    def __init__(self, arena: _Arena, ids: Sequence[int]) -> None:
+        hashes = array("I", (hash(arena.text(i)) & _LOW_32 for i in ids))
+        order = sorted(range(len(ids)), key=hashes.__getitem__)
+        self.hashes = array("I", (hashes[n] for n in order))
+        self.ids = array("I", (ids[n] for n in order))
+
+    def add(self, arena: _Arena, i: int) -> None:
+        h = hash(arena.text(i)) & _LOW_32
+        at = bisect.bisect_right(self.hashes, h)
+        self.hashes.insert(at, h)
+        self.ids.insert(at, i)
+
+    def holding(self, arena: _Arena, text: str) -> list[int]:
+        """The ids whose text is `text`."""
+        h = hash(text) & _LOW_32
+        at = bisect.bisect_left(self.hashes, h)
+        found = []
+        while at < len(self.hashes) and self.hashes[at] == h:
+            if arena.text(self.ids[at]) == text:
+                found.append(self.ids[at])
+            at += 1
+        return found
+
+
+class ByContent(Mapping[Content, Learning]):
+    """The first learning of each (category, text), in file order, of one `Learnings`."""
+
+    def __init__(self, owner: Learnings) -> None:
+        self._owner = owner
+
+    def __getitem__(self, key: Content) -> Learning:
+        found = self.get(key)
         if found is None:
-            self._by_text[learning.text] = learning
-            return
-        alike = (found,) if isinstance(found, Learning) else found
-        others = tuple(lr for lr in alike if lr.category != learning.category)
-        if len(others) == len(alike):  # a new category for this text
-            self._by_text[learning.text] = (*alike, learning)
-        elif first:
-            self._by_text[learning.text] = (learning, *others) if others else learning
+            raise KeyError(key)
+        return found
+
+    def get(self, key: Content, default: Learning | None = None) -> Learning | None:  # type: ignore[override]
+        owner = self._owner
+        alike = [i for i in owner._holding(key[1]) if owner._arena.category(i) == key[0]]
+        return owner._arena.learning(owner._first_in_file(alike)) if alike else default
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and len(key) == 2 and self.get(key) is not None
+
+    def __iter__(self) -> Iterator[Content]:
+        seen: set[Content] = set()
+        for learning in self._owner.items:
+            key = (learning.category, learning.text)
+            if key not in seen:
+                seen.add(key)
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class Learnings:
     """The learnings of one MEMORY.md text (see the module docstring). Not changed once made, but for its caches,
     which the `Learnings` an insertion makes takes over."""
 
-    def __init__(self, items: list[Learning], sections: list[Section], count: int | None = None) -> None:
-        # File order: the first `count` of `items`. Learnings added at the end share the list with the
+    def __init__(self, arena: _Arena, order: array[int], sections: list[Section], count: int | None = None) -> None:
+        # File order: the first `count` ids of `order`. Learnings added at the end share the array with the
         # Learnings before them (see appended), which reads only its own first `count`.
-        self._all = items
-        self._count = len(items) if count is None else count
+        self._arena = arena
+        self._order = order
+        self._count = len(order) if count is None else count
         self._sections = sections
         self._offsets = [s.offset for s in sections]
-        self._by_content: ByContent | None = None
-        self._by_date: list[Learning] | None = None
+        self._by_text: _ByText | None = None
+        self._by_date: array[int] | None = None
         self._counts: OrderedDict[tuple[str, ...], int] = OrderedDict()
-        # The learnings held more than once, and how many times (in most files none: a Counter of every learning
-        # was ~30 bytes more of every learning held).
-        self._copies: dict[Learning, int] | None = None
 
     @classmethod
     def parse(cls, text: str) -> Learnings:
         items, _, sections = cold_format.parse_sections(text)
-        return cls(items, sections)
-
-    def reuse(self, known: Learnings) -> None:
-        """Hold `known`'s learning objects instead of equal ones of this parse (only on a fresh parse, before
-        anyone else has it). A fold moves every learning a burst appended into its section, and its parse made
-        a second copy of every learning in the file while the first was still held: the allocator kept both
-        generations' memory, and the soak's RSS grew with the file twice over."""
-        same = {learning: learning for learning in known.items}
-        self._all[: self._count] = [same.get(learning, learning) for learning in self.items]
+        arena = _Arena()
+        arena.add([(_CATEGORIES.id(lr.category), _DATES.id(lr.date), lr.text) for lr in items])
+        return cls(arena, array("I", range(len(items))), sections)
 
     # --- reads -------------------------------------------------------------------------------------------------
 
+    def __len__(self) -> int:
+        return self._count
+
     @property
     def items(self) -> list[Learning]:
-        """The learnings in file order (do not change the list: it may be shared)."""
-        items = self._all
-        return items if len(items) == self._count else items[: self._count]
+        """The learnings in file order (made for this call: reads that need a few use `relevant`)."""
+        return [self._arena.learning(i) for i in self._ids()]
+
+    def _ids(self) -> array[int]:
+        order = self._order
+        return order if len(order) == self._count else order[: self._count]
 
     def by_content(self) -> ByContent:
         """The learnings by (category, text), the first of two alike as the file has them."""
-        found = self._by_content
-        if found is None:
-            found = ByContent()
-            for learning in reversed(self.items):
-                found.add(learning, first=True)
-            self._by_content = found
-        return found
+        return ByContent(self)
 
     def copies(self, learning: Learning) -> int:
         """How many learnings equal to `learning` (category, date and text), one of the file's, the file holds."""
-        found = self._copies
-        if found is None:
-            found = self._copies = _repeated(self.items)
-        return found.get(learning, 1)
+        arena = self._arena
+        alike = sum(
+            1
+            for i in self._holding(learning.text)
+            if arena.category(i) == learning.category and arena.date(i) == learning.date
+        )
+        return alike or 1
 
-    def newest_first(self) -> list[Learning]:
-        """cold_selection.newest_first of the learnings. The list is kept, and handed to the next `Learnings` an
-        insertion makes, which puts the learnings it adds into it: read it before the next write, do not change
-        it."""
-        found = self._by_date
-        if found is None:
-            found = self._by_date = cold_selection.newest_first(self.items)
-        return found
+    def newest_first(self) -> Sequence[Learning]:
+        """cold_selection.newest_first of the learnings. Kept, and handed to the next `Learnings` an insertion
+        makes, which puts the learnings it adds into it: read it before the next write."""
+        return _Picked(self._arena, self._newest_ids())
 
-    def relevant(self, topic: str | None) -> list[Learning]:
-        """cold_selection.relevant of the learnings; without a topic, `newest_first()` itself (read it before the
-        next write, do not change it: a copy was 320 KB per read at 40,000 learnings)."""
-        categories = {"", *(section.category for section in self._sections)}
-        return cold_selection.relevant(self.items, topic, self.newest_first(), categories)
+    def relevant(self, topic: str | None) -> Sequence[Learning]:
+        """cold_selection.relevant of the learnings; without a topic, `newest_first()` (read it before the next
+        write)."""
+        words = cold_selection.topic_words(topic)
+        if not words:
+            return self.newest_first()
+        scores = self._scores(words)
+        ordered = [i for i in self._newest_ids() if i in scores] if scores else []
+        ordered.sort(key=scores.__getitem__, reverse=True)  # stable: newest first within a score
+        return _Picked(self._arena, ordered)
 
     def relevant_count(self, topic: str | None) -> int:
         """len(self.relevant(topic)), counted once per topic and text and kept up to date across insertions."""
@@ -150,8 +375,7 @@ class Learnings:
             return self._count
         count = self._counts.get(words)
         if count is None:
-            matches = cold_selection.matcher(words)
-            count = sum(1 for learning in self.items if matches(learning))
+            count = len(self._scores(words))
             self._counts[words] = count
             if len(self._counts) > COUNTED_TOPICS:
                 self._counts.popitem(last=False)
@@ -159,26 +383,67 @@ class Learnings:
             self._counts.move_to_end(words)
         return count
 
+    def _scores(self, words: Sequence[str]) -> dict[int, int]:
+        categories = {"", *(section.category for section in self._sections)}
+        return self._arena.scores(words, categories, self._count)
+
+    def _newest_ids(self) -> array[int]:
+        found = self._by_date
+        if found is None:
+            date = self._arena.date
+            found = self._by_date = array("I", sorted(self._ids(), key=date, reverse=True))
+        return found
+
+    def _holding(self, text: str) -> list[int]:
+        found = self._by_text
+        if found is None:
+            found = self._by_text = _ByText(self._arena, self._ids())
+        return found.holding(self._arena, text)
+
+    def _first_in_file(self, ids: list[int]) -> int:
+        if len(ids) == 1:
+            return ids[0]
+        return min(ids, key=_position_finder(self._ids()))
+
+    def take_lookups(self, before: Learnings) -> None:
+        """Take the lookups of `before` that do not depend on the order of the learnings (by text, the topic
+        counts) when these hold the same learnings under the same ids: a fold of `before`'s text (`folded`), with
+        what was appended since (`appended`, on an arena forked from `before`'s). Made again, each would read every
+        learning at the first read after every fold. `before` holds them no more."""
+        if before._count != self._count or self._by_text is not None or self._counts:
+            return
+        if not _same_ids(self._arena, before._arena, self._count):
+            return
+        self._by_text, before._by_text = before._by_text, None
+        self._counts, before._counts = before._counts, OrderedDict()
+
     # --- a fold -------------------------------------------------------------------------------------------------
 
     def folded(self, run_start: int, steps: Sequence[tuple[str, int, str]]) -> Learnings | None:
         """The learnings of the text a fold makes (ColdStore.prepare_fold) of the one these were parsed from, whose
         blocks from `run_start` on a burst appended: `steps` are the fold's insertions into the text before the
-        run (cold_format.fold_appended_steps). Found without parsing the folded text, and holding the same learning
-        objects, moved: a parse of a 1 MB MEMORY.md is ~45 ms of Python holding the GIL, and made a new object
-        for every learning while the store held the old ones. None when that cannot be told this way (a text that
-        may hold fences, a run that is not one learning per block): parse the folded text instead. Safe in a
-        worker while the loop appends to these: only their first `count` learnings are read."""
+        run (cold_format.fold_appended_steps). Found without parsing the folded text: the same ids, moved (a
+        parse of a 1 MB MEMORY.md is ~45 ms of Python holding the GIL). None when that cannot be told this way (a
+        text that may hold fences, a run that is not one learning per block): parse the folded text instead.
+        Safe in a worker while the loop appends to these: only their first `count` ids are read."""
         count = self._count
+        arena = self._arena
         j = bisect.bisect_left(self._offsets, run_start)
         run_sections = self._sections[j:]
         first = count - len(run_sections)
         if any(section.first != first + n for n, section in enumerate(run_sections)):
             return None
-        items = self._all[:count]  # one slice: atomic under the GIL while the loop extends the list
-        own = {learning: learning for learning in items[first:]}  # what the fold moves: these objects, not copies
-        del items[first:]
+        order = self._order[:count]  # one slice: atomic under the GIL while the loop extends the array
+        own: dict[Learning, list[int]] = {}  # what the fold moves: these ids, each once
+        for i in reversed(order[first:]):
+            own.setdefault(arena.learning(i), []).append(i)
+        del order[first:]
         sections = self._sections[:j]
+
+        def moved(learning: Learning) -> int | None:
+            ids = own.get(learning)
+            return ids.pop() if ids else None
+
         for before, at, added in steps:
             if cold_format.may_fence(before) or cold_format.may_fence(added):
                 return None
@@ -186,32 +451,37 @@ class Learnings:
                 found, _, headed = cold_format.parse_sections(added)
                 if not headed or headed[0].first:
                     return None
-                shift, above = len(before), len(items)
+                shift, above = len(before), len(order)
+                heading_ids = [moved(learning) for learning in found]
+                if None in heading_ids:
+                    return None
                 sections += [Section(h.offset + shift, h.category, h.first + above) for h in headed]
-                items += [own.get(learning, learning) for learning in found]
+                order.extend(i for i in heading_ids if i is not None)
                 continue
             k = bisect.bisect_left([section.offset for section in sections], at) - 1
             if k < 0 or (at and before[at - 1] != "\n") or not added.endswith("\n"):
                 return None
             category = sections[k].category
-            moved = []
+            ids: list[int] = []
             for raw in added[:-1].split("\n"):
                 match = cold_format.learning_line(raw)
                 if match is None:
                     return None
-                learning = Learning(category, sys.intern(match[1]), unescape_inline(match[2] or ""))
-                moved.append(own.get(learning, learning))
+                found_id = moved(Learning(category, match[1], unescape_inline(match[2] or "")))
+                if found_id is None:
+                    return None
+                ids.append(found_id)
             start = before.find("\n", sections[k].offset) + 1
             above = sum(1 for raw in before[start:at].split("\n") if cold_format.learning_line(raw) is not None)
             index = sections[k].first + above
-            items[index:index] = moved
-            grown, more = len(added), len(moved)
+            order[index:index] = array("I", ids)
+            grown, more = len(added), len(ids)
             sections = [
                 s if n <= k else Section(s.offset + grown, s.category, s.first + more) for n, s in enumerate(sections)
             ]
-        if len(items) != count:  # a fold moves learnings; it adds and drops none
+        if len(order) != count:  # a fold moves learnings; it adds and drops none
             return None
-        return Learnings(items, sections)
+        return Learnings(arena, order, sections)
 
     # --- an insertion --------------------------------------------------------------------------------------------
 
@@ -244,13 +514,18 @@ class Learnings:
         # The learnings between the heading and the insertion (none for memd's own: it inserts above the first).
         above = sum(1 for raw in document[start:at].split("\n") if cold_format.learning_line(raw) is not None)
         index = (0 if k < 0 else self._sections[k].first) + above
-        learning = Learning(category, sys.intern(match[1]), unescape_inline(match[2] or ""))
+        arena = self._own_arena()
+        (i,) = arena.add([(_CATEGORIES.id(category), _DATES.id(match[1]), unescape_inline(match[2] or ""))])
         grown = len(added)
         sections = [
             s if j <= k else Section(s.offset + grown, s.category, s.first + 1) for j, s in enumerate(self._sections)
         ]
-        after = Learnings([*self.items[:index], learning, *self.items[index:]], sections)
-        self._hand_over(after, [learning], at_end=False, index=index)
+        ids = self._ids()
+        order = ids[:index]
+        order.append(i)
+        order.extend(ids[index:])
+        after = Learnings(arena, order, sections)
+        self._hand_over(after, [i], at_end=False, index=index)
         return after
 
     def appended(self, length: int, after_line_end: bool, added: str) -> Learnings | None:
@@ -269,109 +544,132 @@ class Learnings:
         shift, count = length, self._count
         sections = [*self._sections, *(Section(h.offset + shift, h.category, h.first + count) for h in headed)]
         first_heading = headed[0].first if headed else len(found)
-        new = [Learning(category, *learning[1:]) if n < first_heading else learning for n, learning in enumerate(found)]
-        # Appended to the list these share with the Learnings before them, unless one made from these extended it
+        entries = [
+            (_CATEGORIES.id(category if n < first_heading else lr.category), _DATES.id(lr.date), lr.text)
+            for n, lr in enumerate(found)
+        ]
+        arena = self._own_arena()
+        new = arena.add(entries)
+        # Appended to the array these share with the Learnings before them, unless one made from these extended it
         # already (a fold's base, a batch planned twice): a MEMORY.md growing by bursts of learnings would
-        # otherwise copy a list of every learning at each one, and those ever-larger blocks fragment the heap.
-        if len(self._all) == self._count:
-            self._all.extend(new)
-            after = Learnings(self._all, sections, self._count + len(new))
+        # otherwise copy an array of every id at each one, and those ever-larger blocks fragment the heap.
+        if len(self._order) == count:
+            self._order.extend(new)
+            after = Learnings(arena, self._order, sections, count + len(new))
         else:
-            after = Learnings([*self.items, *new], sections)
-        self._hand_over(after, new, at_end=True)
+            order = self._order[:count]
+            order.extend(new)
+            after = Learnings(arena, order, sections)
+        self._hand_over(after, list(new), at_end=True)
         return after
 
-    def _hand_over(self, after: Learnings, added: list[Learning], at_end: bool, index: int = 0) -> None:
+    def _own_arena(self) -> _Arena:
+        """The arena to add to: these learnings' own, unless ids were added to it after them (then a fork)."""
+        arena = self._arena
+        return arena if arena.size == self._count else arena.fork(self._count)
+
+    def _hand_over(self, after: Learnings, added: list[int], at_end: bool, index: int = 0) -> None:
         """Give `after` (these learnings and `added`, added) the caches an addition keeps true; this one no
-        longer holds them (they describe `after` now). `at_end`: added after every learning there was; else the
-        one learning of `added` was inserted at `index` of these."""
+        longer holds them (they describe `after` now). `at_end`: added after every id there was; else the one
+        id of `added` was inserted at `index` of these."""
+        arena = after._arena
         by_date, self._by_date = self._by_date, None
         if by_date is not None and len(added) <= BY_DATE_INSERTS:
-            after._by_date = _by_date_after(by_date, added, None if at_end else self.items[:index])
-        by_content, self._by_content = self._by_content, None
-        copies, self._copies = self._copies, None
-        if copies is not None:
-            after._copies = _repeated_after(copies, by_content, added)
-        if by_content is not None:
-            for learning in added:
-                if (learning.category, learning.text) not in by_content:
-                    by_content.add(learning, first=False)
-                elif not at_end:  # one alike already there may come first or after: made again when asked
-                    by_content = None
-                    break
-            after._by_content = by_content
+            after._by_date = _by_date_after(arena, by_date, added, None if at_end else (self._ids(), index))
+        by_text, self._by_text = self._by_text, None
+        if by_text is not None:
+            for i in added:
+                by_text.add(arena, i)
+            after._by_text = by_text
         counts, self._counts = self._counts, OrderedDict()
-        for words in counts:
-            matches = cold_selection.matcher(words)
-            counts[words] += sum(1 for learning in added if matches(learning))
+        if counts:
+            learnings = [arena.learning(i) for i in added]
+            for words in counts:
+                matches = cold_selection.matcher(words)
+                counts[words] += sum(1 for learning in learnings if matches(learning))
         after._counts = counts
 
 
-def _by_date_after(by_date: list[Learning], added: list[Learning], above: list[Learning] | None) -> list[Learning]:
-    """`by_date` (cold_selection.newest_first of some learnings) with `added` put in, without sorting them all again
-    (2 ms at 20,000 learnings, at the first read after every `cold.learn`): newest first, and those of one date
-    in file order. `above`: None when `added` follow every learning in the file, else the learnings above the
-    one learning added. In place: the `Learnings` that held the list hands it over and holds it no more, and its
-    readers are done with it before a write (a copy of every learning's place per `cold.learn`, 320 KB at 40,000
-    learnings, was a cost that grew with the file)."""
-    result = by_date
-    for learning in added:
-        start, end = _date_span(result, learning.date)
-        # Of its date, those above it in the file come first (an append follows all of them).
-        same_above = end - start if above is None else list(map(_DATE, above)).count(learning.date)
-        result.insert(start + same_above, learning)
-    return result
+def _same_ids(arena: _Arena, other: _Arena, count: int) -> bool:
+    """Do the ids below `count` hold the same learnings in both? Told from the blocks they share, and the few a
+    fork made since compared learning by learning; False when more differ (another parse: not worth reading)."""
+    if arena is other:
+        return True
+    blocks = (count + _BLOCK - 1) >> _BLOCK_BITS
+    if len(arena.blocks) < blocks or len(other.blocks) < blocks:
+        return False
+    differing = [n for n in range(blocks) if arena.blocks[n] is not other.blocks[n]]
+    if len(differing) > 2:
+        return False
+    return all(
+        arena.learning(i) == other.learning(i)
+        for n in differing
+        for i in range(n << _BLOCK_BITS, min((n + 1) << _BLOCK_BITS, count))
+    )
 
 
-def _date_span(by_date: list[Learning], day: str) -> tuple[int, int]:
-    """Where the learnings of `day` are in `by_date` (newest first): [start, end), empty where they would go."""
+def _position_finder(order: array[int]) -> Callable[[int], int]:
+    """Where an id is in `order` (it must be there): found in the array's bytes (memchr-fast), not a Python loop."""
+    data = order.tobytes()
+
+    def position(i: int) -> int:
+        needle = _ID.pack(i)
+        at = data.find(needle)
+        while at % _ID.size and at >= 0:
+            at = data.find(needle, at + 1)
+        if at < 0:
+            raise ValueError(f"id {i} is not among these learnings")
+        return at // _ID.size
+
+    return position
+
+
+def _by_date_after(
+    arena: _Arena, by_date: array[int], added: list[int], above: tuple[array[int], int] | None
+) -> array[int]:
+    """`by_date` (ids newest first; those of one date in file order) with `added` put in, without sorting them all
+    again. `above`: None when `added` follow every learning in the file, else the ids in file order before the one
+    id added and where it went. In place: the `Learnings` that held the array hands it over and holds it no more,
+    and its readers are done with it before a write."""
+    date = arena.date
+    for i in added:
+        day = date(i)
+        start, end = _date_span(arena, by_date, day)
+        if above is None:
+            at = end
+        else:  # of its date, those above it in the file come first: the first one below it is where it goes
+            order, index = above
+            position = _position_finder(order)
+            lo, hi = start, end
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if position(by_date[mid]) < index:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            at = lo
+        by_date.insert(at, i)
+    return by_date
+
+
+def _date_span(arena: _Arena, by_date: array[int], day: str) -> tuple[int, int]:
+    """Where the ids of `day` are in `by_date` (newest first): [start, end), empty where they would go."""
+    date = arena.date
     lo, hi = 0, len(by_date)
     while lo < hi:  # the first one not newer than `day`
         mid = (lo + hi) // 2
-        if by_date[mid].date > day:
+        if date(by_date[mid]) > day:
             lo = mid + 1
         else:
             hi = mid
     start, hi = lo, len(by_date)
     while lo < hi:  # the first one older than `day`
         mid = (lo + hi) // 2
-        if by_date[mid].date >= day:
+        if date(by_date[mid]) >= day:
             lo = mid + 1
         else:
             hi = mid
     return start, lo
-
-
-def _repeated(items: list[Learning]) -> dict[Learning, int]:
-    """The learnings `items` holds more than once, and how many times."""
-    seen: set[Learning] = set()
-    repeated: dict[Learning, int] = {}
-    for learning in items:
-        if learning in seen:
-            repeated[learning] = repeated.get(learning, 1) + 1
-        else:
-            seen.add(learning)
-    return repeated
-
-
-def _repeated_after(
-    repeated: dict[Learning, int], by_content: ByContent | None, added: list[Learning]
-) -> dict[Learning, int] | None:
-    """`repeated` (_repeated) updated for `added`, told from `by_content` as it was before them (the first
-    learning of each category and text); None when that cannot tell (no lookup, or the first one alike has another
-    date: an equal one may be further down): made again when asked."""
-    if by_content is None:
-        return None
-    own: dict[Content, Learning] = {}  # the first of `added` of each category and text
-    for learning in added:
-        key = (learning.category, learning.text)
-        first = by_content.get(key) or own.setdefault(key, learning)
-        if first is learning:
-            continue  # the first of its content
-        if first.date != learning.date:
-            return None
-        repeated[learning] = repeated.get(learning, 1) + 1
-    return repeated
 
 
 class Ranked:
@@ -380,20 +678,22 @@ class Ranked:
     the size of MEMORY.md). `len()` is how many there are in all (`total`), what a budget left out is counted
     from. May be read more than once."""
 
-    def __init__(self, first: list[Learning], rest: Callable[[], list[Learning]], total: int) -> None:
+    def __init__(self, first: list[Learning], rest: Callable[[], Sequence[Learning]], total: int) -> None:
         self.first = first
         self._rest = rest
-        self._rest_made: list[Learning] | None = None
+        self._rest_made: Sequence[Learning] | None = None
         self.total = total
 
     def __iter__(self) -> Iterator[Learning]:
         yield from self.first
         if self._rest_made is None and self.total <= len(self.first):
-            self._rest_made = []  # the count says the rest holds nothing new: not made (it reads every learning)
+            self._rest_made = ()  # the count says the rest holds nothing new: not made (it reads every learning)
         if self._rest_made is None:
+            self._rest_made = self._rest()
+        if self._rest_made:
             chosen = set(self.first)
-            self._rest_made = [learning for learning in self._rest() if learning not in chosen]
-        yield from self._rest_made
+            # Made as the read reaches them: a topic that names a category may list a quarter of the file.
+            yield from (learning for learning in self._rest_made if learning not in chosen)
 
     def __len__(self) -> int:
         return self.total

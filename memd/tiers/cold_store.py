@@ -192,7 +192,7 @@ class ColdStore:
 
     @property
     def learnings(self) -> list[Learning]:
-        """Every learning in file order (do not change the list: it is kept)."""
+        """Every learning in file order (made for each call: reads that need a few use `parsed.relevant`)."""
         return self.parsed.items
 
     @property
@@ -215,9 +215,9 @@ class ColdStore:
         """In a worker: `text` with the blocks appended from `run_start` on folded back, counted and parsed (off
         the loop: a parse, or a count of a big file, must not hold it). None when the run is not blocks as memd
         appends them (nothing memd would fold: it is not memd's run). `known`: the learnings of `text` the store
-        holds, moved where the fold puts them (Learnings.folded), else parsed anew holding the same objects
-        (Learnings.reuse). `tokens`: the store's count of `text`, carried to the fold by what the run and the
-        fold's insertions add (`_fold_tokens`); None: the folded text is counted whole."""
+        holds, moved where the fold puts them (Learnings.folded), else parsed anew. `tokens`: the store's count of
+        `text`, carried to the fold by what the run and the fold's insertions add (`_fold_tokens`); None: the
+        folded text is counted whole."""
         run = text[run_start:]
         blocks = cold_format.parse_appended(run)
         if blocks is None:
@@ -227,8 +227,6 @@ class ColdStore:
         parsed = known.folded(run_start, steps) if known is not None else None
         if parsed is None:
             parsed = Learnings.parse(folded)
-            if known is not None:
-                parsed.reuse(known)
         counted = self._counter.count(folded) if tokens is None else self._fold_tokens(tokens, base, run, steps)
         return Fold(text, folded, counted, parsed)
 
@@ -300,6 +298,8 @@ class ColdStore:
         start, tokens, parsed = self.text, self.tokens, self._parsed
         if fold is not None:
             start, tokens, parsed = fold.text, fold.tokens, fold.parsed
+            if parsed is not None and self._parsed is not None:
+                parsed.take_lookups(self._parsed)
         steps = cold_edits.chain(start, text, inserts)
         if steps is None:
             at, added = cold_edits.insertion_point(start, text)
