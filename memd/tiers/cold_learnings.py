@@ -624,6 +624,21 @@ def _position_finder(order: array[int]) -> Callable[[int], int]:
     return position
 
 
+def _above_finder(order: array[int], index: int) -> Callable[[int], bool]:
+    """Is an id among the first `index` of `order`? Looked for in those ids' bytes only (memchr-fast)."""
+    data = order.tobytes()
+    limit = index * _ID.size
+
+    def is_above(i: int) -> bool:
+        needle = _ID.pack(i)
+        at = data.find(needle, 0, limit)
+        while at % _ID.size and at >= 0:
+            at = data.find(needle, at + 1, limit)
+        return at >= 0
+
+    return is_above
+
+
 def _by_date_after(
     arena: _Arena, by_date: array[int], added: list[int], above: tuple[array[int], int] | None
 ) -> array[int]:
@@ -639,15 +654,18 @@ def _by_date_after(
             at = end
         else:  # of its date, those above it in the file come first: the first one below it is where it goes
             order, index = above
-            position = _position_finder(order)
-            lo, hi = start, end
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if position(by_date[mid]) < index:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            at = lo
+            if end - start == len(order):  # every learning is of its date (a day's file; a test's): no search
+                at = start + index
+            else:
+                is_above = _above_finder(order, index)
+                lo, hi = start, end
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if is_above(by_date[mid]):
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                at = lo
         by_date.insert(at, i)
     return by_date
 
