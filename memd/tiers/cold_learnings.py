@@ -34,9 +34,6 @@ from memd.tiers.cold_format import Learning, Section
 
 # The topics whose match count a `Learnings` keeps (the counts move with every insertion: one test per topic).
 COUNTED_TOPICS = 64
-# The most learnings an addition puts into the kept newest-first order one by one (each an array insertion); past
-# that the next read that needs the order sorts them all once.
-BY_DATE_INSERTS = 16
 _BLOCK_BITS = 9
 _BLOCK = 1 << _BLOCK_BITS  # learnings per arena block: what one addition copies of the block it extends
 _ID = struct.Struct("=I")  # an id as array("I") holds it, to find one in the bytes of an array of ids
@@ -157,6 +154,18 @@ class _Arena:
 
     def date(self, i: int) -> str:
         return _DATES.names[self.blocks[i >> _BLOCK_BITS].dates[i & (_BLOCK - 1)]]
+
+    def date_ranks(self) -> array[int]:
+        """For each id, the rank of its date, newest 0: a sort key read in C (a sort of 36,000 ids by a Python key
+        function was 4.5 ms of the loop after every fold)."""
+        dates = array("I")
+        for block in self.blocks:
+            dates.fromlist(block.dates.tolist())
+        newest_first = sorted(set(dates), key=_DATES.names.__getitem__, reverse=True)
+        rank_of = array("I", bytes(4 * (max(newest_first, default=0) + 1)))
+        for rank, day in enumerate(newest_first):
+            rank_of[day] = rank
+        return array("I", map(rank_of.__getitem__, dates))
 
     def category(self, i: int) -> str:
         return _CATEGORIES.names[self.blocks[i >> _BLOCK_BITS].categories[i & (_BLOCK - 1)]]
@@ -390,8 +399,7 @@ class Learnings:
     def _newest_ids(self) -> array[int]:
         found = self._by_date
         if found is None:
-            date = self._arena.date
-            found = self._by_date = array("I", sorted(self._ids(), key=date, reverse=True))
+            found = self._by_date = array("I", sorted(self._ids(), key=self._arena.date_ranks().__getitem__))
         return found
 
     def _holding(self, text: str) -> list[int]:
@@ -574,7 +582,7 @@ class Learnings:
         id of `added` was inserted at `index` of these."""
         arena = after._arena
         by_date, self._by_date = self._by_date, None
-        if by_date is not None and len(added) <= BY_DATE_INSERTS:
+        if by_date is not None:
             after._by_date = _by_date_after(arena, by_date, added, None if at_end else (self._ids(), index))
         by_text, self._by_text = self._by_text, None
         if by_text is not None:
@@ -647,25 +655,29 @@ def _by_date_after(
     id added and where it went. In place: the `Learnings` that held the array hands it over and holds it no more,
     and its readers are done with it before a write."""
     date = arena.date
-    for i in added:
-        day = date(i)
-        start, end = _date_span(arena, by_date, day)
-        if above is None:
-            at = end
-        else:  # of its date, those above it in the file come first: the first one below it is where it goes
-            order, index = above
-            if end - start == len(order):  # every learning is of its date (a day's file; a test's): no search
-                at = start + index
-            else:
-                is_above = _above_finder(order, index)
-                lo, hi = start, end
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if is_above(by_date[mid]):
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                at = lo
+    if above is None:  # after every learning of their date: one slice per date (a burst's are of one)
+        by_day: dict[str, list[int]] = {}
+        for i in added:
+            by_day.setdefault(date(i), []).append(i)
+        for day, ids in by_day.items():
+            end = _date_span(arena, by_date, day)[1]
+            by_date[end:end] = array("I", ids)
+        return by_date
+    order, index = above
+    for i in added:  # of its date, those above it in the file come first: the first one below it is where it goes
+        start, end = _date_span(arena, by_date, date(i))
+        if end - start == len(order):  # every learning is of its date (a day's file; a test's): no search
+            at = start + index
+        else:
+            is_above = _above_finder(order, index)
+            lo, hi = start, end
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if is_above(by_date[mid]):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            at = lo
         by_date.insert(at, i)
     return by_date
 

@@ -235,7 +235,7 @@ class ColdStore:
         run's share taken off as an append counted it (with `base`'s last line: `_appended_tokens`), each
         insertion's added as a learning's is (`_inserted_tokens`). What the fold adds is counted, not the file: a
         count of a 3 MB MEMORY.md (80,000 learnings) is ~0.3 s of a worker per fold, a third of a burst's CPU."""
-        line = base[base.rfind("\n", 0, max(len(base) - 1, 0)) + 1 :]
+        line = base[_seam_start(base, len(base)) :]
         tokens -= self._counter.count(line + run) - self._counter.count(line)
         for before, at, added in steps:
             tokens += self._inserted_tokens(before, at, added)
@@ -388,20 +388,40 @@ class ColdStore:
     def _appended_tokens(self, added: str) -> int:
         """`_inserted_tokens` for `added` at the end of the text, found from its last line without joining it."""
         last = self._tail[-1] if self._tail else self._text
-        start = last.rfind("\n", 0, max(len(last) - 1, 0)) + 1
-        if start == 0 and self._tail:  # the last line began in an earlier piece (not a block memd appends)
+        start = _seam_start(last, len(last))
+        if start == 0 and self._tail:  # the seam began in an earlier piece (not a block memd appends)
             last = self.text
-            start = last.rfind("\n", 0, max(len(last) - 1, 0)) + 1
+            start = _seam_start(last, len(last))
         before = last[start:]
         return self._counter.count(before + added) - self._counter.count(before)
 
     def _inserted_tokens(self, old: str, at: int, added: str) -> int:
         """Tokens an insertion of `added` at `at` into `old` added, counted with the neighbouring lines so merges at
         the seams (a blank line next to a new section) come out exactly as a full recount would."""
-        before = old[old.rfind("\n", 0, max(at - 1, 0)) + 1 : at]
-        end = old.find("\n", at)
-        after = old[at : len(old) if end < 0 else end + 1]
+        before = old[_seam_start(old, at) : at]
+        after = old[at : _seam_end(old, at)]
         return self._counter.count(before + added + after) - self._counter.count(before + after)
+
+
+def _seam_start(text: str, at: int) -> int:
+    """Where the count of an edit at `at` of `text` starts: the line before `at`, and back over lines of whitespace
+    only to one with more. The tokenizer takes a run of line ends (and blank lines' spaces) as one token, and
+    punctuation with the line ends after it: a seam next to a blank line reaches past it."""
+    start = text.rfind("\n", 0, max(at - 1, 0)) + 1
+    while start > 0 and not text[start:at].strip():
+        start = text.rfind("\n", 0, start - 1) + 1
+    return start
+
+
+def _seam_end(text: str, at: int) -> int:
+    """Where the count of an edit at `at` of `text` ends: the end of the line at `at`, and on over lines of
+    whitespace only to the end of one with more (see `_seam_start`)."""
+    end = text.find("\n", at)
+    end = len(text) if end < 0 else end + 1
+    while end < len(text) and not text[at:end].strip():
+        after = text.find("\n", end)
+        end = len(text) if after < 0 else after + 1
+    return end
 
 
 def mark_for(text: str, run_start: int | None) -> bytes | None:

@@ -458,3 +458,24 @@ def test_a_topic_is_found_in_texts_whose_lowercase_is_longer_than_they_are() -> 
 
     assert [lr.text for lr in parsed.relevant("trip")] == ["İ trip", "a trip"]
     assert_same(parsed, document)
+
+
+def test_a_fold_next_to_blank_lines_is_counted_as_counting_the_folded_text_gives(counter: TokenCounter) -> None:
+    """The tokenizer takes a run of line ends as one token: a learning moved above blank lines, or a section
+    appended after them, changes the token of the whole run, not only of its own line (found by hypothesis)."""
+    document = "## B\n\n"
+    text, known = burst_into(document, [("A", ""), ("B", ":")])
+    store = ColdStore(Path("/nonexistent/MEMORY.md"), counter)
+
+    fold = store.prepare_fold(text, len(document), known, tokens=counter.count(text))
+
+    assert fold is not None and fold.text == "## B\n- [2024-05-01] :\n\n\n## A\n- [2024-05-01] \n"
+    assert fold.tokens == counter.count(fold.text)
+
+
+def test_an_addition_after_blank_lines_is_counted_with_the_line_before_them(counter: TokenCounter) -> None:
+    store = ColdStore(Path("/nonexistent/MEMORY.md"), counter)
+    for old, added in [("## A\n \n", "\n## B\n- [2024-01-01] y\n"), ("## A\n\n", " \n"), ("## A\n \n", "\n")]:
+        exact = counter.count(old + added) - counter.count(old)
+
+        assert store._inserted_tokens(old, len(old), added) == exact, (old, added)
