@@ -17,6 +17,7 @@ from memd.params import Params
 from memd.search import query as q
 from memd.search.service import Request
 from memd.tiers import cold_selection
+from memd.tiers.cold_format import Learning
 from memd.tiers.cold_learnings import Ranked
 from memd.workspace import Workspace
 
@@ -89,9 +90,12 @@ async def ranked_learnings(call: Call, ws: Workspace, topic: str | None) -> Rank
     if found is None:
         return None
     parsed = ws.cold.parsed
-    by_content = parsed.by_content()
-    ranked = list(dict.fromkeys(learning for learning in map(by_content.get, found) if learning is not None))
     matches = cold_selection.matcher(cold_selection.topic_words(topic))
-    # The rule's learnings that are copies of a ranked one are not listed again.
-    listed = sum(parsed.copies(lr) for lr in ranked if matches(lr))
-    return Ranked(ranked, lambda: parsed.relevant(topic), len(ranked) + parsed.relevant_count(topic) - listed)
+    ranked: dict[Learning, None] = {}
+    listed = 0  # the rule's learnings that are copies of a ranked one are not listed again
+    for key in found:
+        got = parsed.first_and_copies(key)
+        if got is not None and got[0] not in ranked:
+            ranked[got[0]] = None
+            listed += got[1] if matches(got[0]) else 0
+    return Ranked(list(ranked), lambda: parsed.relevant(topic), len(ranked) + parsed.relevant_count(topic) - listed)

@@ -361,6 +361,21 @@ class Learnings:
         )
         return alike or 1
 
+    def first_and_copies(self, key: Content) -> tuple[Learning, int] | None:
+        """by_content()[key] and its `copies`, from one lookup (a topic's ranking asks both of every learning the
+        index names)."""
+        arena = self._arena
+        holding = self._holding(key[1])
+        if len(holding) == 1:  # most texts are held once
+            learning = arena.learning(holding[0])
+            return (learning, 1) if learning.category == key[0] else None
+        alike = [i for i in holding if arena.category(i) == key[0]]
+        if not alike:
+            return None
+        first = self._first_in_file(alike)
+        day = arena.date(first)
+        return arena.learning(first), sum(1 for i in alike if arena.date(i) == day)
+
     def newest_first(self) -> Sequence[Learning]:
         """cold_selection.newest_first of the learnings. Kept, and handed to the next `Learnings` an insertion
         makes, which puts the learnings it adds into it: read it before the next write."""
@@ -409,7 +424,12 @@ class Learnings:
         return found.holding(self._arena, text)
 
     def _first_in_file(self, ids: list[int]) -> int:
-        if len(ids) == 1:
+        """The first of `ids` (alike in category and text) in file order; any of them when they are of one date:
+        then they are equal learnings, and the order is not looked for (a copy of every id, and a search per
+        candidate, per learning a ranking names)."""
+        date = self._arena.date
+        day = date(ids[0])
+        if all(date(i) == day for i in ids[1:]):
             return ids[0]
         return min(ids, key=_position_finder(self._ids()))
 

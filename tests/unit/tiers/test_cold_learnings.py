@@ -39,6 +39,10 @@ def assert_same(updated: Learnings, text: str) -> None:
         assert updated.relevant(topic) == relevant(expected.items, topic), topic
     for learning in expected.items:
         assert updated.copies(learning) == expected.items.count(learning)
+    for key, first in expected.by_content().items():
+        assert updated.first_and_copies(key) == (first, expected.items.count(first))
+        assert updated.first_and_copies(("\x00 no such category", key[1])) is None
+    assert updated.first_and_copies(("no such category", "no such text")) is None
 
 
 def with_lookups(parsed: Learnings) -> Learnings:
