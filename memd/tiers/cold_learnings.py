@@ -10,7 +10,7 @@ returns, not the size of MEMORY.md.
 
 No object is held per learning: a MEMORY.md gains tens of thousands of learnings a day under a busy agent, and a
 `Learning` tuple with its text string and its entries in the lookups was ~170 bytes of Python objects each (the
-hour soak's RSS grew 12-14 MB an hour by them alone). Each learning has an id in an `_Arena` (its texts joined in
+hour soak's RSS grew 12-14 MB an hour by them alone). Each learning has an id in an `Arena` (its texts joined in
 blocks, its date and category as small ints in arrays, ~40 bytes a learning); a `Learnings` is an array of ids in
 file order, and its lookups are arrays of ids (newest first; by the hash of the text). A `Learning` is made when a
 read reaches it. Ids only grow: every `Learnings` made from another by an insertion, an append or a fold holds the
@@ -21,261 +21,28 @@ Pure: no I/O. Imports the cold format and the cold selection (memd.tiers.cold_se
 from __future__ import annotations
 
 import bisect
-import struct
-import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import overload
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from memd.textfmt import unescape_inline
 from memd.tiers import cold_format, cold_selection
+from memd.tiers.cold_arena import (
+    CATEGORIES,
+    DATES,
+    Arena,
+    ByText,
+    Picked,
+    above_finder,
+    position_finder,
+    same_ids,
+)
 from memd.tiers.cold_format import Learning, Section
-
-# The topics whose match count a `Learnings` keeps (the counts move with every insertion: one test per topic).
-COUNTED_TOPICS = 64
-_BLOCK_BITS = 9
-_BLOCK = 1 << _BLOCK_BITS  # learnings per arena block: what one addition copies of the block it extends
-_ID = struct.Struct("=I")  # an id as array("I") holds it, to find one in the bytes of an array of ids
-_LOW_32 = 0xFFFFFFFF
-_new_learning = tuple.__new__  # Learning(...) without its __new__'s Python frame: reads make thousands
 
 Content = tuple[str, str]  # (category, text)
 
-
-class _Names:
-    """Small ints for the few distinct strings many learnings share (dates, categories), for the life of the
-    process: a file holds a few hundred dates and categories, each on thousands of lines."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self._ids: dict[str, int] = {}
-        self._lock = threading.Lock()  # a fold parses in a worker while the loop inserts
-
-    def id(self, name: str) -> int:
-        found = self._ids.get(name)
-        if found is None:
-            with self._lock:
-                found = self._ids.get(name)
-                if found is None:
-                    found = self._ids[name] = len(self.names)
-                    self.names.append(name)
-        return found
-
-
-_DATES = _Names()
-_CATEGORIES = _Names()
-
-
-class _Block:
-    """Up to _BLOCK learnings of an arena: their texts, each followed by a line end, in one string (`starts[k]`
-    is where text k starts, `starts[-1]` the string's length), their dates and categories as `_Names` ids. Not
-    changed once made: an addition makes the next block, so a reader in another thread is never disturbed."""
-
-    __slots__ = ("categories", "dates", "starts", "text")
-
-    def __init__(self, text: str, starts: array[int], dates: array[int], categories: array[int]) -> None:
-        self.text = text
-        self.starts = starts
-        self.dates = dates
-        self.categories = categories
-
-    def __len__(self) -> int:
-        return len(self.dates)
-
-    def extended(self, entries: Sequence[tuple[int, int, str]]) -> _Block:
-        starts = array("I", self.starts)
-        end = starts[-1]
-        for _, _, text in entries:
-            end += len(text) + 1
-            starts.append(end)
-        joined = self.text + "".join(text + "\n" for _, _, text in entries)
-        dates = _names_array(self.dates, [date for _, date, _ in entries])
-        categories = _names_array(self.categories, [category for category, _, _ in entries])
-        return _Block(joined, starts, dates, categories)
-
-    def truncated(self, count: int) -> _Block:
-        return _Block(
-            self.text[: self.starts[count]], self.starts[: count + 1], self.dates[:count], self.categories[:count]
-        )
-
-
-def _names_array(ids: array[int], more: list[int]) -> array[int]:
-    """`ids` followed by `more`, two bytes an id while every one fits (a file has a few hundred dates and
-    categories; a hostile one may have more)."""
-    code = "H" if ids.typecode == "H" and (not more or max(more) <= 0xFFFF) else "I"
-    grown = array(code, ids)
-    grown.extend(more)
-    return grown
-
-
-_EMPTY_BLOCK = _Block("", array("I", [0]), array("H"), array("H"))
-
-
-class _Arena:
-    """The learnings of a lineage of `Learnings`, by id (see the module docstring). Ids are only added; an
-    addition by a `Learnings` that does not hold every id there is (one made before the last addition) forks
-    the arena first (`fork`: the blocks are shared, not copied)."""
-
-    __slots__ = ("blocks", "size")
-
-    def __init__(self, blocks: list[_Block] | None = None, size: int = 0) -> None:
-        self.blocks = blocks if blocks is not None else []
-        self.size = size
-
-    def add(self, entries: Sequence[tuple[int, int, str]]) -> range:
-        """Add (category id, date id, text) entries; their ids."""
-        first = self.size
-        done = 0
-        while done < len(entries):
-            if self.blocks and len(self.blocks[-1]) < _BLOCK:
-                last = self.blocks[-1]
-                take = entries[done : done + _BLOCK - len(last)]
-                self.blocks[-1] = last.extended(take)  # one store: a reader sees the old block or the new one
-            else:
-                take = entries[done : done + _BLOCK]
-                self.blocks.append(_EMPTY_BLOCK.extended(take))
-            done += len(take)
-            self.size += len(take)
-        return range(first, self.size)
-
-    def fork(self, size: int) -> _Arena:
-        """The arena of the first `size` ids, sharing their blocks."""
-        whole, rest = divmod(size, _BLOCK)
-        blocks = self.blocks[:whole]
-        if rest:
-            blocks.append(self.blocks[whole].truncated(rest))
-        return _Arena(blocks, size)
-
-    def text(self, i: int) -> str:
-        block = self.blocks[i >> _BLOCK_BITS]
-        k = i & (_BLOCK - 1)
-        return block.text[block.starts[k] : block.starts[k + 1] - 1]
-
-    def date(self, i: int) -> str:
-        return _DATES.names[self.blocks[i >> _BLOCK_BITS].dates[i & (_BLOCK - 1)]]
-
-    def date_ranks(self) -> array[int]:
-        """For each id, the rank of its date, newest 0: a sort key read in C (a sort of 36,000 ids by a Python key
-        function was 4.5 ms of the loop after every fold)."""
-        dates = array("I")
-        for block in self.blocks:
-            dates.fromlist(block.dates.tolist())
-        newest_first = sorted(set(dates), key=_DATES.names.__getitem__, reverse=True)
-        rank_of = array("I", bytes(4 * (max(newest_first, default=0) + 1)))
-        for rank, day in enumerate(newest_first):
-            rank_of[day] = rank
-        return array("I", map(rank_of.__getitem__, dates))
-
-    def category(self, i: int) -> str:
-        return _CATEGORIES.names[self.blocks[i >> _BLOCK_BITS].categories[i & (_BLOCK - 1)]]
-
-    def learning(self, i: int) -> Learning:
-        block = self.blocks[i >> _BLOCK_BITS]
-        k = i & (_BLOCK - 1)
-        text = block.text[block.starts[k] : block.starts[k + 1] - 1]
-        return _new_learning(Learning, (_CATEGORIES.names[block.categories[k]], _DATES.names[block.dates[k]], text))
-
-    def scores(self, words: Sequence[str], categories: Iterable[str], count: int) -> dict[int, int]:
-        """cold_selection.relevant's score of each of the ids below `count` that scores: 2 for each of `words`
-        in its category (one of `categories`), 1 for each in its text. The text is scanned a block at a time
-        with str.find, one hit per learning and word, not a learning at a time."""
-        by_category = {_CATEGORIES.id(c): 2 * sum(w in c.lower() for w in words) for c in categories}
-        scoring = {c for c, score in by_category.items() if score}
-        scores: dict[int, int] = {}
-        for number, block in enumerate(self.blocks):
-            base = number << _BLOCK_BITS
-            if base >= count:
-                break
-            size = min(len(block), count - base)
-            starts = block.starts
-            if scoring and not scoring.isdisjoint(block.categories[:size]):
-                for k, category in enumerate(block.categories[:size]):
-                    if category in scoring:
-                        scores[base + k] = by_category[category]
-            end = starts[size]
-            low = block.text[:end].lower()
-            if len(low) != end:  # a character that lowers to more than one: positions move, a learning at a time
-                for k in range(size):
-                    text = block.text[starts[k] : starts[k + 1] - 1].lower()
-                    hits = sum(w in text for w in words)
-                    if hits:
-                        scores[base + k] = scores.get(base + k, 0) + hits
-                continue
-            for word in words:
-                at = low.find(word, 0, end)
-                while at >= 0:
-                    k = bisect.bisect_right(starts, at) - 1
-                    scores[base + k] = scores.get(base + k, 0) + 1
-                    at = low.find(word, starts[k + 1], end)
-        return scores
-
-
-class _Picked(Sequence[Learning]):
-    """Learnings of an arena by id, made as they are read."""
-
-    __slots__ = ("_arena", "_ids")
-
-    def __init__(self, arena: _Arena, ids: Sequence[int]) -> None:
-        self._arena = arena
-        self._ids = ids
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    @overload
-    def __getitem__(self, index: int) -> Learning: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Learning]: ...
-    def __getitem__(self, index: int | slice) -> Learning | list[Learning]:
-        if isinstance(index, slice):
-            return [self._arena.learning(i) for i in self._ids[index]]
-        return self._arena.learning(self._ids[index])
-
-    def __iter__(self) -> Iterator[Learning]:
-        return map(self._arena.learning, self._ids)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:  # compared by content, like a list; never a key
-        raise TypeError("unhashable type: '_Picked'")
-
-    def __repr__(self) -> str:
-        return f"_Picked({list(self)!r})"
-
-
-class _ByText:
-    """The ids of a `Learnings` sorted by the hash of their text (its low 32 bits): which ones hold a text,
-    without a dict entry per learning (8 bytes a learning here). Changed in place by the insertions it is handed
-    on through."""
-
-    __slots__ = ("hashes", "ids")
-
-    def __init__(self, arena: _Arena, ids: Sequence[int]) -> None:
-        hashes = array("I", (hash(arena.text(i)) & _LOW_32 for i in ids))
-        order = sorted(range(len(ids)), key=hashes.__getitem__)
-        self.hashes = array("I", (hashes[n] for n in order))
-        self.ids = array("I", (ids[n] for n in order))
-
-    def add(self, arena: _Arena, i: int) -> None:
-        h = hash(arena.text(i)) & _LOW_32
-        at = bisect.bisect_right(self.hashes, h)
-        self.hashes.insert(at, h)
-        self.ids.insert(at, i)
-
-    def holding(self, arena: _Arena, text: str) -> list[int]:
-        """The ids whose text is `text`."""
-        h = hash(text) & _LOW_32
-        at = bisect.bisect_left(self.hashes, h)
-        found = []
-        while at < len(self.hashes) and self.hashes[at] == h:
-            if arena.text(self.ids[at]) == text:
-                found.append(self.ids[at])
-            at += 1
-        return found
+# The topics whose match count a `Learnings` keeps (the counts move with every insertion: one test per topic).
+COUNTED_TOPICS = 64
 
 
 class ByContent(Mapping[Content, Learning]):
@@ -314,7 +81,7 @@ class Learnings:
     """The learnings of one MEMORY.md text (see the module docstring). Not changed once made, but for its caches,
     which the `Learnings` an insertion makes takes over."""
 
-    def __init__(self, arena: _Arena, order: array[int], sections: list[Section], count: int | None = None) -> None:
+    def __init__(self, arena: Arena, order: array[int], sections: list[Section], count: int | None = None) -> None:
         # File order: the first `count` ids of `order`. Learnings added at the end share the array with the
         # Learnings before them (see appended), which reads only its own first `count`.
         self._arena = arena
@@ -322,15 +89,15 @@ class Learnings:
         self._count = len(order) if count is None else count
         self._sections = sections
         self._offsets = [s.offset for s in sections]
-        self._by_text: _ByText | None = None
+        self._by_text: ByText | None = None
         self._by_date: array[int] | None = None
         self._counts: OrderedDict[tuple[str, ...], int] = OrderedDict()
 
     @classmethod
     def parse(cls, text: str) -> Learnings:
         items, _, sections = cold_format.parse_sections(text)
-        arena = _Arena()
-        arena.add([(_CATEGORIES.id(lr.category), _DATES.id(lr.date), lr.text) for lr in items])
+        arena = Arena()
+        arena.add([(CATEGORIES.id(lr.category), DATES.id(lr.date), lr.text) for lr in items])
         return cls(arena, array("I", range(len(items))), sections)
 
     # --- reads -------------------------------------------------------------------------------------------------
@@ -379,7 +146,7 @@ class Learnings:
     def newest_first(self) -> Sequence[Learning]:
         """cold_selection.newest_first of the learnings. Kept, and handed to the next `Learnings` an insertion
         makes, which puts the learnings it adds into it: read it before the next write."""
-        return _Picked(self._arena, self._newest_ids())
+        return Picked(self._arena, self._newest_ids())
 
     def relevant(self, topic: str | None) -> Sequence[Learning]:
         """cold_selection.relevant of the learnings; without a topic, `newest_first()` (read it before the next
@@ -390,7 +157,7 @@ class Learnings:
         scores = self._scores(words)
         ordered = [i for i in self._newest_ids() if i in scores] if scores else []
         ordered.sort(key=scores.__getitem__, reverse=True)  # stable: newest first within a score
-        return _Picked(self._arena, ordered)
+        return Picked(self._arena, ordered)
 
     def relevant_count(self, topic: str | None) -> int:
         """len(self.relevant(topic)), counted once per topic and text and kept up to date across insertions."""
@@ -420,7 +187,7 @@ class Learnings:
     def _holding(self, text: str) -> list[int]:
         found = self._by_text
         if found is None:
-            found = self._by_text = _ByText(self._arena, self._ids())
+            found = self._by_text = ByText(self._arena, self._ids())
         return found.holding(self._arena, text)
 
     def _first_in_file(self, ids: list[int]) -> int:
@@ -431,7 +198,7 @@ class Learnings:
         day = date(ids[0])
         if all(date(i) == day for i in ids[1:]):
             return ids[0]
-        return min(ids, key=_position_finder(self._ids()))
+        return min(ids, key=position_finder(self._ids()))
 
     def take_lookups(self, before: Learnings) -> None:
         """Take the lookups of `before` that do not depend on the order of the learnings (by text, the topic
@@ -440,7 +207,7 @@ class Learnings:
         learning at the first read after every fold. `before` holds them no more."""
         if before._count != self._count or self._by_text is not None or self._counts:
             return
-        if not _same_ids(self._arena, before._arena, self._count):
+        if not same_ids(self._arena, before._arena, self._count):
             return
         self._by_text, before._by_text = before._by_text, None
         self._counts, before._counts = before._counts, OrderedDict()
@@ -543,7 +310,7 @@ class Learnings:
         above = sum(1 for raw in document[start:at].split("\n") if cold_format.learning_line(raw) is not None)
         index = (0 if k < 0 else self._sections[k].first) + above
         arena = self._own_arena()
-        (i,) = arena.add([(_CATEGORIES.id(category), _DATES.id(match[1]), unescape_inline(match[2] or ""))])
+        (i,) = arena.add([(CATEGORIES.id(category), DATES.id(match[1]), unescape_inline(match[2] or ""))])
         grown = len(added)
         sections = [
             s if j <= k else Section(s.offset + grown, s.category, s.first + 1) for j, s in enumerate(self._sections)
@@ -573,7 +340,7 @@ class Learnings:
         sections = [*self._sections, *(Section(h.offset + shift, h.category, h.first + count) for h in headed)]
         first_heading = headed[0].first if headed else len(found)
         entries = [
-            (_CATEGORIES.id(category if n < first_heading else lr.category), _DATES.id(lr.date), lr.text)
+            (CATEGORIES.id(category if n < first_heading else lr.category), DATES.id(lr.date), lr.text)
             for n, lr in enumerate(found)
         ]
         arena = self._own_arena()
@@ -591,7 +358,7 @@ class Learnings:
         self._hand_over(after, list(new), at_end=True)
         return after
 
-    def _own_arena(self) -> _Arena:
+    def _own_arena(self) -> Arena:
         """The arena to add to: these learnings' own, unless ids were added to it after them (then a fork)."""
         arena = self._arena
         return arena if arena.size == self._count else arena.fork(self._count)
@@ -618,57 +385,8 @@ class Learnings:
         after._counts = counts
 
 
-def _same_ids(arena: _Arena, other: _Arena, count: int) -> bool:
-    """Do the ids below `count` hold the same learnings in both? Told from the blocks they share, and the few a
-    fork made since compared learning by learning; False when more differ (another parse: not worth reading)."""
-    if arena is other:
-        return True
-    blocks = (count + _BLOCK - 1) >> _BLOCK_BITS
-    if len(arena.blocks) < blocks or len(other.blocks) < blocks:
-        return False
-    differing = [n for n in range(blocks) if arena.blocks[n] is not other.blocks[n]]
-    if len(differing) > 2:
-        return False
-    return all(
-        arena.learning(i) == other.learning(i)
-        for n in differing
-        for i in range(n << _BLOCK_BITS, min((n + 1) << _BLOCK_BITS, count))
-    )
-
-
-def _position_finder(order: array[int]) -> Callable[[int], int]:
-    """Where an id is in `order` (it must be there): found in the array's bytes (memchr-fast), not a Python loop."""
-    data = order.tobytes()
-
-    def position(i: int) -> int:
-        needle = _ID.pack(i)
-        at = data.find(needle)
-        while at % _ID.size and at >= 0:
-            at = data.find(needle, at + 1)
-        if at < 0:
-            raise ValueError(f"id {i} is not among these learnings")
-        return at // _ID.size
-
-    return position
-
-
-def _above_finder(order: array[int], index: int) -> Callable[[int], bool]:
-    """Is an id among the first `index` of `order`? Looked for in those ids' bytes only (memchr-fast)."""
-    data = order.tobytes()
-    limit = index * _ID.size
-
-    def is_above(i: int) -> bool:
-        needle = _ID.pack(i)
-        at = data.find(needle, 0, limit)
-        while at % _ID.size and at >= 0:
-            at = data.find(needle, at + 1, limit)
-        return at >= 0
-
-    return is_above
-
-
 def _by_date_after(
-    arena: _Arena, by_date: array[int], added: list[int], above: tuple[array[int], int] | None
+    arena: Arena, by_date: array[int], added: list[int], above: tuple[array[int], int] | None
 ) -> array[int]:
     """`by_date` (ids newest first; those of one date in file order) with `added` put in, without sorting them all
     again. `above`: None when `added` follow every learning in the file, else the ids in file order before the one
@@ -689,7 +407,7 @@ def _by_date_after(
         if end - start == len(order):  # every learning is of its date (a day's file; a test's): no search
             at = start + index
         else:
-            is_above = _above_finder(order, index)
+            is_above = above_finder(order, index)
             lo, hi = start, end
             while lo < hi:
                 mid = (lo + hi) // 2
@@ -702,7 +420,7 @@ def _by_date_after(
     return by_date
 
 
-def _date_span(arena: _Arena, by_date: array[int], day: str) -> tuple[int, int]:
+def _date_span(arena: Arena, by_date: array[int], day: str) -> tuple[int, int]:
     """Where the ids of `day` are in `by_date` (newest first): [start, end), empty where they would go."""
     date = arena.date
     lo, hi = 0, len(by_date)

@@ -444,7 +444,7 @@ def test_a_parse_of_the_folded_text_takes_no_lookups_from_the_learnings_before()
 
 
 def test_dates_and_categories_take_two_bytes_each_until_one_needs_more() -> None:
-    from memd.tiers.cold_learnings import _names_array
+    from memd.tiers.cold_arena import names_array as _names_array
 
     small = _names_array(array("H", [1, 2]), [3])
     grown = _names_array(small, [70_000])
