@@ -19,7 +19,7 @@ import fcntl
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -276,10 +276,15 @@ def write_batch(root: fsio.PinnedDir, writes: list[FileWrite]) -> list[fsio.Fing
     return apply_writes(writes)
 
 
-def restore_tree(pinned: fsio.PinnedDir, files: dict[str, bytes], paths: list[str]) -> list[str]:
+def restore_tree(
+    pinned: fsio.PinnedDir, files: dict[str, bytes], paths: list[str], marks: Mapping[str, bytes] | None = None
+) -> list[str]:
     """Runs in a worker thread: write every file of `files`, remove the other files under `paths`. Every path is
     relative and normal (no `..`, `.`, empty part or leading `/`): any other is refused (EINVAL) before anything is
-    written, so nothing ever lands outside the workspace."""
+    written, so nothing ever lands outside the workspace. `marks`: the fsio_append.RUN_XATTR a file of `files` gets
+    (set on the new file before it is renamed in place, so it is never there without it; set on the file as it is
+    when it already holds those bytes)."""
+    marks = marks or {}
     for rel in [*files, *paths]:
         if not rel or os.path.isabs(rel) or os.path.normpath(rel) != rel or rel in (".", "..") or rel.startswith("../"):
             raise OSError(errno.EINVAL, f"memd does not restore {rel!r}: not a plain path inside the workspace", rel)
@@ -291,10 +296,16 @@ def restore_tree(pinned: fsio.PinnedDir, files: dict[str, bytes], paths: list[st
             raise OSError(errno.ELOOP, f"{root / top} is a symlink; memd does not restore through it")
     for rel, data in sorted(files.items()):
         target = root / rel
+        mark = marks.get(rel)
         if fsio.read_bytes(target) != data:
             fsio.ensure_dir(target.parent)
-            fsio.atomic_replace(target, data)
+            if mark is None:
+                fsio.atomic_replace(target, data)
+            else:
+                apply_writes([FileWrite(target, data, append=False, mark=mark)])
             changed.append(rel)
+        elif mark is not None and fsio_append.run_mark(target) != mark:
+            _mark_in_place(target, mark)
     for top in paths:
         base = root / top
         candidates = (
@@ -307,3 +318,12 @@ def restore_tree(pinned: fsio.PinnedDir, files: dict[str, bytes], paths: list[st
                 fsio.fsync_dir(path.parent)
                 changed.append(rel)
     return changed
+
+
+def _mark_in_place(path: Path, mark: bytes) -> None:
+    fd = os.open(path, os.O_RDONLY | fsio._O_CLOEXEC | fsio._O_NOFOLLOW | fsio._O_NONBLOCK)
+    try:
+        fsio_append.set_run_mark(fd, mark)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

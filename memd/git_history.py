@@ -92,6 +92,14 @@ def files_at(repo: GitRepo, rev: str, paths: Sequence[str]) -> dict[str, bytes]:
     return {name: show(repo, commit, name) for name in names if name}
 
 
+def trailer_of_last_change(repo: GitRepo, rev: str, path: str, key: str) -> str | None:
+    """The `key` trailer of the last commit up to `rev` that changed `path` (the commit that made the file as
+    `rev` holds it), or None: no such commit, or no such trailer."""
+    fmt = f"--format=%(trailers:key={key},valueonly,unfold)"
+    value = repo.run("log", "-1", fmt, resolve(repo, rev), "--", path).decode(errors="replace").strip()
+    return value.splitlines()[0] if value else None
+
+
 def diff(repo: GitRepo, rev: str, rev2: str | None, paths: Sequence[str]) -> str:
     args = ["diff", resolve(repo, rev)] + ([resolve(repo, rev2)] if rev2 else []) + ["--", *paths]
     return repo.run(*args).decode(errors="replace")

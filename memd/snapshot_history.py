@@ -18,7 +18,7 @@ from typing import Any
 
 from memd import git_history
 from memd.errors import InvalidParams, MemdError, Unavailable
-from memd.snapshots import Snapshotter
+from memd.snapshots import COLD_FILE, COLD_RUN_TRAILER, Snapshotter
 from memd.workspace import Workspace
 
 
@@ -49,6 +49,13 @@ async def restore(snapshots: Snapshotter, ws: Workspace, rev: str, paths: Sequen
     loop = asyncio.get_running_loop()
     commit = await loop.run_in_executor(snapshots.io, git_history.resolve, repo, rev)
     files = await loop.run_in_executor(snapshots.io, git_history.files_at, repo, commit, list(paths))
+    marks: dict[str, bytes] = {}
+    if COLD_FILE in files:  # the blocks a burst had appended when the commit was made are memd's again
+        mark = await loop.run_in_executor(
+            snapshots.io, git_history.trailer_of_last_change, repo, commit, COLD_FILE, COLD_RUN_TRAILER
+        )
+        if mark:
+            marks[COLD_FILE] = mark.encode("ascii", "replace")
     state = snapshots.states[ws.name]
     async with state.lock:  # before, restore and after form one step: no debounced snapshot between them
         # A person's git holding index.lock is waited on without the writer; then the writer is held across
@@ -65,7 +72,7 @@ async def restore(snapshots: Snapshotter, ws: Workspace, rev: str, paths: Sequen
                     f"({state.last_error or 'unknown error'})"
                 )
             try:
-                changed = await ws.restore_files(files, list(paths), held=True)
+                changed = await ws.restore_files(files, list(paths), held=True, marks=marks)
                 trailers = {"Memd-Restored-From": commit}
                 after, created = await snapshots.commit_locked(
                     ws, state, f"restore of {commit[:12]}", trailers, held=True, whole=True

@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 State = Literal["new", "ok", "disabled", "repo-unsafe", "error"]
 UNDER_WRITER_LOCK_WAIT = 0.5  # seconds a snapshot may wait for index.lock while writes queue behind it
+# The trailer of a commit whose cold/MEMORY.md ends with blocks a burst of learnings appended: the file's run mark
+# (memd.tiers.cold_store.mark_for). Git keeps no extended attributes; a restore of the file marks it with this
+# (memd.snapshot_history), else the blocks were a person's sections to every later fold: a heading twice for good.
+COLD_RUN_TRAILER = "Memd-Cold-Run"
+COLD_FILE = "cold/MEMORY.md"
 
 
 @dataclass
@@ -302,6 +307,9 @@ class Snapshotter:
 
             async with contextlib.nullcontext() if held else ws.exclusive:
                 ws.check_identity()
+                run_mark = ws.cold.file_run_mark() if "cold" in repo.paths else None
+                if run_mark:  # read with the files, under the writer: the mark of the bytes committed
+                    all_trailers[COLD_RUN_TRAILER] = run_mark
                 if not held:
                     mirror = await self._to_the_end(_mirror, repo, _live_days(ws))
                 if mirror is None:

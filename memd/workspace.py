@@ -246,10 +246,16 @@ class Workspace:
         """Held while a batch is written; hold it to see (or change) the files with no batch half-way through."""
         return self._exclusive
 
-    async def restore_files(self, files: dict[str, bytes], paths: list[str], held: bool = False) -> list[str]:
+    async def restore_files(
+        self, files: dict[str, bytes], paths: list[str], held: bool = False, marks: dict[str, bytes] | None = None
+    ) -> list[str]:
         """Make `paths` hold exactly `files` (relative path -> bytes), durably. Returns the paths changed.
-        `held`: the caller holds `exclusive` already (a restore that commits before and after under it)."""
-        return await self._rewrite_in_worker(lambda: fsio_batch.restore_tree(self.pinned, files, paths), held)
+        `held`: the caller holds `exclusive` already (a restore that commits before and after under it). `marks`:
+        the run mark (fsio_append.RUN_XATTR) a restored file gets (cold/MEMORY.md restored with the blocks a burst
+        had appended: they are memd's again, for the next fold)."""
+        return await self._rewrite_in_worker(
+            lambda: fsio_batch.restore_tree(self.pinned, files, paths, marks or {}), held
+        )
 
     async def publish_merged(self, publish: Callable[[fsio.PinnedDir], T]) -> T:
         """Run `publish` in a worker while the writer is held, with the workspace directory memd opened: it reads
@@ -287,6 +293,7 @@ class Workspace:
         self.cold.load()
         self.proposals.load()
         self.warm.scan()
+        self.folder.found()  # a restored MEMORY.md that ends with a burst's blocks: folded soon
 
     # --- reads ----------------------------------------------------------------------------------------------
 

@@ -142,22 +142,22 @@ class ColdStore:
         when the text still ends with it (a person's save above it), else the one the file's RUN_XATTR names (a
         daemon stopped or killed in a burst: `mark_for`), when the text ends with exactly that run; else None. A
         person's own sections, however alike, are never taken for a run."""
+        found: list[int] = []
         held = self.run_start
         if held is not None and len(self.text) > held:
             run = self.text[held:]
             if text.endswith(run) and len(text) > len(run):
-                return len(text) - len(run)
+                found.append(len(text) - len(run))
+        marked = run_named(text, fsio_append.run_mark(self.path))
+        if marked is not None:  # a restored file's run may hold more than the one held (memd.snapshot_history)
+            found.append(marked)
+        return min(found, default=None)
+
+    def file_run_mark(self) -> str | None:
+        """The mark of the run the file holds now (its RUN_XATTR, as text), for a snapshot's commit to record: a
+        restore of that commit marks the restored file with it (git keeps no extended attributes)."""
         mark = fsio_append.run_mark(self.path)
-        if mark is None:
-            return None
-        length, _, digest = mark.partition(b":")
-        if not length.isdigit() or not 0 < int(length) < len(text):
-            return None
-        start = len(text) - int(length)
-        run = text[start:]
-        if _digest(run) != digest or cold_format.parse_appended(run) is None:
-            return None
-        return start
+        return None if mark is None else mark.decode("ascii", "replace")
 
     def refresh(self) -> bool:
         if fsio.fingerprint(self.path) == self.fingerprint:
@@ -434,6 +434,21 @@ def mark_for(text: str, run_start: int | None) -> bytes | None:
         return None
     run = text[run_start:]
     return f"{len(run)}:".encode() + _digest(run)
+
+
+def run_named(text: str, mark: bytes | None) -> int | None:
+    """Where the run `mark` (`mark_for`'s) names begins in `text`: only when the text ends with exactly that run and
+    the run is blocks as memd appends them; else None."""
+    if mark is None:
+        return None
+    length, _, digest = mark.partition(b":")
+    if not length.isdigit() or not 0 < int(length) < len(text):
+        return None
+    start = len(text) - int(length)
+    run = text[start:]
+    if _digest(run) != digest or cold_format.parse_appended(run) is None:
+        return None
+    return start
 
 
 def _digest(run: str) -> bytes:

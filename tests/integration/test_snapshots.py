@@ -487,6 +487,74 @@ def test_a_restore_never_overwrites_a_write_acknowledged_after_its_before_commit
     assert not missing, f"{len(missing)} acknowledged entries neither in the files nor in git history: {missing[:5]}"
 
 
+BIG_MEMORY = "# Agent Memory\n" + "".join(
+    f"\n## Topic {c}\n"
+    + "".join(f"- [2024-01-0{1 + n % 9}] learning {n} about topic {c} and its details\n" for n in range(40))
+    for c in range(40)
+)  # over 64 KiB: learnings that come in a burst are appended to it (memd.tiers.cold_store.APPEND_FROM_CHARS)
+
+
+def test_a_restore_of_a_snapshot_taken_in_a_burst_of_learnings_gives_its_appended_blocks_back_to_the_fold(
+    make_daemon: MakeDaemon, short_root: Path
+) -> None:
+    """The fuzz suite found `## Fuzz` twice in a MEMORY.md for good: a snapshot taken in a burst holds the
+    learnings memd appended at the end of the file, each as a block of its own (`## Category` and its line), not
+    folded under their sections yet. Restored, the file had lost the mark that says those blocks are memd's (git
+    keeps no extended attributes), so no fold ever took them back: a heading repeated, and every new category
+    inserted after it. The snapshot's commit records the run, and the restore marks the restored file with it."""
+    root = short_root / "rb"
+    path = root / "ws" / "w"
+    (path / "cold").mkdir(parents=True)
+    memory = path / "cold" / "MEMORY.md"
+    memory.write_text(BIG_MEMORY, encoding="utf-8")
+    d = make_daemon("rb", config=base_config(root, workspaces={"w": path}, snapshot=FAST))
+
+    def learn(category: str, text: str) -> None:
+        d.call("cold.learn", workspace="w", category=category, learning=text)
+
+    def in_a_burst(n: int) -> str | None:
+        """Three learnings in quick succession and a snapshot: the commit, if it was made before the fold."""
+        learn("Topic 3", f"first {n}")  # inserted: no learning came just before
+        learn("Topic 3", f"second {n}")  # appended, as "## Topic 3" and its line
+        learn("Brand new", f"third {n}")  # appended, a new category
+        rev: str = d.call("snapshot.run", workspace="w")["rev"]
+        held = git(path, "show", f"{rev}:cold/MEMORY.md")
+        return rev if held.count("\n## Topic 3\n") == 2 else None  # else folded first (a slow machine): again
+
+    rev = next(filter(None, (in_a_burst(n) for n in range(5))), None)
+    assert rev, "no snapshot was taken before the burst's fold in five tries"
+    snapshot = git(path, "show", f"{rev}:cold/MEMORY.md")
+    wait_for(lambda: memory.read_text("utf-8").count("\n## Topic 3\n") == 1, "the burst's fold")
+    learn("Later", "after the fold")
+
+    d.call("snapshot.restore", workspace="w", rev=rev, paths=["cold"])
+    assert memory.read_text("utf-8") == snapshot  # the blocks as they were, appended
+
+    def folded() -> str | None:
+        text = memory.read_text("utf-8")
+        headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+        return text if len(headings) == len(set(headings)) else None
+
+    wait_for(folded, "the restored blocks folded back under their sections, no heading twice")
+    learn("After the restore", "a new category")
+    text = memory.read_text("utf-8")
+    assert sections(text) == {
+        **sections(snapshot, merge=True),
+        "After the restore": ["a new category"],
+    }  # every learning of the snapshot once, under its one heading, and the one learned since
+
+
+def sections(text: str, merge: bool = False) -> dict[str, list[str]]:
+    """The learnings under each `## Category` of a MEMORY.md, by category, sorted (a fold puts a section's newest
+    first; `merge`: a heading's repeats joined)."""
+    found: dict[str, list[str]] = {}
+    for block in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
+        heading, _, body = block.partition("\n")
+        assert merge or heading not in found, f"## {heading} twice"
+        found.setdefault(heading, []).extend(re.findall(r"^- \[[0-9-]+\] (.+)$", body, re.MULTILINE))
+    return {heading: sorted(learnings) for heading, learnings in found.items()}
+
+
 def test_restore_show_and_diff_from_the_command_line(memd: RunningDaemon) -> None:
     ws = memd.workspace("restore_cli")
     memd.call("hot.note", workspace="restore_cli", text="state A")

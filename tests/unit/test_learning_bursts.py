@@ -453,6 +453,63 @@ def test_a_workspace_closed_in_the_middle_of_a_burst_leaves_memory_md_folded(ws:
     assert ws.folder.timer is None
 
 
+def test_a_file_restored_with_its_run_mark_is_memds_run_again_and_folded_without_a_further_learning(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a restore of a snapshot taken in a burst writes (memd.snapshot_history): the snapshot's text, marked
+    with the run its commit recorded (git keeps no extended attributes)."""
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
+    base = inserted_one_by_one(BIG, [("Topic 3", "r1")])
+    restored = base + "\n## Topic 3\n- [2024-03-14] r2\n\n## Brand new\n- [2024-03-14] r3\n"
+    mark = cold_store.mark_for(restored, len(base))
+    assert mark is not None
+
+    async def restore_then_pause() -> None:
+        await ws.restore_files({"cold/MEMORY.md": restored.encode()}, ["cold"], marks={"cold/MEMORY.md": mark})
+        assert ws.cold.run_start == len(base)
+        assert fsio_append.run_mark(memory_md(ws)) == mark
+        await settled(ws)
+
+    asyncio.run(restore_then_pause())
+
+    assert memory_md(ws).read_text("utf-8") == folded(restored, len(base))
+    assert memory_md(ws).read_text("utf-8").count("\n## Topic 3\n") == 1
+
+
+def test_a_restore_to_the_bytes_the_file_holds_already_still_marks_its_run(ws: Workspace) -> None:
+    text = BIG + "\n## Topic 3\n- [2024-03-14] r2\n"
+    memory_md(ws).write_text(text, encoding="utf-8")  # the same bytes, unmarked (a copy, an older memd's restore)
+    mark = cold_store.mark_for(text, len(BIG))
+    assert mark is not None
+
+    async def restore() -> list[str]:
+        changed = await ws.restore_files({"cold/MEMORY.md": text.encode()}, ["cold"], marks={"cold/MEMORY.md": mark})
+        ws.folder.timer and ws.folder.timer.cancel()
+        return changed
+
+    assert asyncio.run(restore()) == []
+    assert fsio_append.run_mark(memory_md(ws)) == mark
+    assert ws.cold.run_start == len(BIG)
+
+
+def test_a_restored_run_longer_than_the_run_held_is_taken_whole(ws: Workspace) -> None:
+    """The file restored ends with the run memd holds, and the mark names more of it: the earlier blocks are
+    memd's too (a snapshot taken earlier in the same burst), never a person's sections."""
+
+    async def burst_then_restore() -> None:
+        for category, text in BURST[:3]:
+            await ws.write(learn(category, text))
+        held = ws.cold.text[ws.cold.run_start :]
+        restored = BIG + "\n## Topic 9\n- [2024-03-14] older\n" + held
+        mark = cold_store.mark_for(restored, len(BIG))
+        assert mark is not None
+        await ws.restore_files({"cold/MEMORY.md": restored.encode()}, ["cold"], marks={"cold/MEMORY.md": mark})
+        assert ws.cold.run_start == len(BIG)
+        ws.folder.timer and ws.folder.timer.cancel()
+
+    asyncio.run(burst_then_restore())
+
+
 # --- what the first design of bursts got wrong (each found in review) ----------------------------------------------
 
 
