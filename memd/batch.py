@@ -56,9 +56,49 @@ class Draft:
     normalize_hot: bool = False  # move memd's keys to hot/memd.json and the article's to hot/context.json
     _proposals_store: ProposalsStore | None = None
     proposals: str | None = None  # cold/PROPOSED.md's text; None: no edit touched it
+    # What each request made in an earlier plan of this batch (ids, dates), by its place in the batch: a re-plan
+    # makes the same ones (`_made`). A re-plan plans on a person's save, and a save made on top of the earlier
+    # plan's publish in the instant it was in place, before memd withdrew it, holds what that plan added already:
+    # recognised by its id (a note, a decision) or its line (a learning), it is not added twice.
+    made: dict[int, list[Any]] = field(default_factory=dict)
+    _request: int = 0
+    _made_now: int = 0
 
     def set_hot(self, doc: HotDoc) -> None:
         self.hot = doc
+
+    def begin_request(self, index: int) -> None:
+        """The edits that follow are the batch's request at `index`: what they make (`_made`) is its own."""
+        self._request, self._made_now = index, 0
+
+    def _made(self, make: Callable[[], T]) -> tuple[T, bool]:
+        """A value the current request makes, and whether it is the one an earlier plan made, made again."""
+        values = self.made.setdefault(self._request, [])
+        at = self._made_now
+        self._made_now += 1
+        if at < len(values):
+            return values[at], True
+        value = make()
+        values.append(value)
+        return value, False
+
+    def add_decision(self, action: str, reason: str, risk: str | None) -> dict[str, Any]:
+        """Record a decision in the hot tier; returns it (the one in place when a re-plan finds it there)."""
+        doc = self.edit_hot()
+        id_, again = self._made(lambda: hot_format.new_id("d", self.now))
+        if again and (there := hot_format.element_with_id(doc, "decisions", id_)) is not None:
+            return there
+        self.hot, decision = hot_format.add_decision(doc, action, reason, risk, self.now, id_)
+        return decision
+
+    def add_note(self, text: str) -> dict[str, Any]:
+        """Add a note to the hot tier; returns it (the one in place when a re-plan finds it there)."""
+        doc = self.edit_hot()
+        id_, again = self._made(lambda: hot_format.new_id("n", self.now))
+        if again and (there := hot_format.element_with_id(doc, "notes", id_)) is not None:
+            return there
+        self.hot, note = hot_format.add_note(doc, text, self.now, id_)
+        return note
 
     def edit_hot(self) -> HotDoc:
         """The current draft hot document, after checking that the hot file is writable (not corrupt)."""
@@ -92,7 +132,11 @@ class Draft:
         """Add a learning dated `day` (default: today) to cold/MEMORY.md: first under its section, or, in a burst
         of learnings into a big fence-free file and from then on until a fold, at the end in a block of its own
         (memd.tiers.cold_store.FLOOD_SECONDS). Returns its date."""
-        day = day or self.local.date().isoformat()
+        asked = day
+        dated, again = self._made(lambda: asked or self.local.date().isoformat())
+        if again and cold_format.holds_learning(self._edit_cold(), category, dated, text):
+            return dated  # an earlier plan's publish, which a person's save was made on (`made`)
+        day = dated
         if self.cold is None and self._append_block(category, day, text):
             return day
         before = self._edit_cold()

@@ -63,19 +63,21 @@ class TierPlanner:
         self.timezone = timezone
         self.tz = ZoneInfo(timezone)
 
-    def plan(self, requests: Sequence[Request], replans: int) -> Batch:
+    def plan(self, requests: Sequence[Request], replans: int, made: dict[int, list[Any]] | None = None) -> Batch:
         """Apply each request's edit to a draft and turn the draft into file writes. A request whose edit raises
         fails alone (its part of the draft is undone); one already failed or cancelled in an earlier plan of the
-        same requests is not run again. A batch the disk would refuse comes back with `refused` set."""
+        same requests is not run again. A batch the disk would refuse comes back with `refused` set. `made`: what
+        the requests made in the earlier plan of a re-plan (the draft's `made`), made again."""
         now = self.clock.now()
         local = now.astimezone(self.tz)
         today = local.date()
-        draft = Draft(now, local, self.hot, self.cold, _proposals_store=self.proposals)
+        draft = Draft(now, local, self.hot, self.cold, _proposals_store=self.proposals, made=made or {})
         accepted: list[tuple[asyncio.Future[Any], Any]] = []
         early: list[tuple[EarlyAck, Any]] = []
-        for edit, future, ack in requests:
+        for index, (edit, future, ack) in enumerate(requests):
             if future.done():
                 continue
+            draft.begin_request(index)
             hot, proposals, logged = draft.hot, draft.proposals, len(draft.warm)
             cold = draft.cold_state()
             try:

@@ -178,8 +178,9 @@ class Writer:
         batch, self._queue = self._queue, []
         self._plan_and_write(batch, 0)
 
-    def _plan_and_write(self, requests: list[Request], replans: int) -> None:
-        """Plan `requests` and hand their writes to a worker; ends the batch here unless a worker now has it."""
+    def _plan_and_write(self, requests: list[Request], replans: int, made: dict[int, list[Any]] | None = None) -> None:
+        """Plan `requests` and hand their writes to a worker; ends the batch here unless a worker now has it.
+        `made`: a re-plan's, what the earlier plan's requests made (ids, dates; memd.batch.Draft.made)."""
         if replans:
             for _, _, ack in requests:
                 if ack is not None:
@@ -193,7 +194,7 @@ class Writer:
             self._end()
             return
         try:
-            plan = self._planner.plan(requests, replans)
+            plan = self._planner.plan(requests, replans, made)
         except BaseException as exc:  # a bug: fail the batch loudly rather than hang its clients (and the writer)
             log.exception("workspace %s: batch failed unexpectedly", self.name)
             fail_futures((f for _, f, _ in requests), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
@@ -366,7 +367,7 @@ class Writer:
             fail_futures((f for f, _ in plan.accepted), StorageError(f"could not re-read {path}: {exc}"))
             self._end()
             return
-        self._plan_and_write(plan.requests, plan.replans + 1)
+        self._plan_and_write(plan.requests, plan.replans + 1, plan.draft.made)
 
     def _fail(self, plan: Batch, exc: OSError) -> None:
         reason = exc.strerror or str(exc)

@@ -132,8 +132,7 @@ async def decision_record(call: Call, p: Params) -> Any:
     risk = p.optional_text("risk")
 
     def edit(draft: Draft) -> dict[str, Any]:
-        doc, decision = hot_format.add_decision(draft.edit_hot(), action, reason, risk, draft.now)
-        draft.set_hot(doc)
+        decision = draft.add_decision(action, reason, risk)
         details = [("reason", reason)] + ([("risk", risk)] if risk is not None else [])
         draft.log(f"decision: {action}", tuple(details))
         return decision
@@ -147,9 +146,7 @@ async def hot_note(call: Call, p: Params) -> Any:
     text = p.text("text")
 
     def edit(draft: Draft) -> dict[str, Any]:
-        doc, note = hot_format.add_note(draft.edit_hot(), text, draft.now)
-        draft.set_hot(doc)
-        return note
+        return draft.add_note(text)
 
     note = await ws.write(edit, call.early(lambda note, usage: {"note": note, "usage": usage}))
     return result_with_usage(ws, {"note": note})

@@ -327,15 +327,20 @@ def update_progress(
 
 
 def add_decision(
-    doc: HotDoc, action: str, reason: str, risk: str | None, now: datetime
+    doc: HotDoc, action: str, reason: str, risk: str | None, now: datetime, id_: str | None = None
 ) -> tuple[HotDoc, dict[str, Any]]:
     decision: dict[str, Any] = {"action": action, "reason": reason}
     if risk is not None:
         decision["risk"] = risk
-    decision.update(id=new_id("d", now), ts=_ts(now))
+    decision.update(id=id_ or new_id("d", now), ts=_ts(now))
     return _with(doc, decisions=[*object_list(doc, "decisions"), decision]), decision
 
 
-def add_note(doc: HotDoc, text: str, now: datetime) -> tuple[HotDoc, dict[str, Any]]:
-    note = {"id": new_id("n", now), "ts": _ts(now), "text": text}
+def add_note(doc: HotDoc, text: str, now: datetime, id_: str | None = None) -> tuple[HotDoc, dict[str, Any]]:
+    note = {"id": id_ or new_id("n", now), "ts": _ts(now), "text": text}
     return _with(doc, notes=[*object_list(doc, "notes"), note]), note
+
+
+def element_with_id(doc: HotDoc, key: str, id_: str) -> dict[str, Any] | None:
+    """The element of the list `key` (notes, decisions) whose id is `id_`, or None."""
+    return next((x for x in object_list(doc, key) if x.get("id") == id_), None)

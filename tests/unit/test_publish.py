@@ -221,9 +221,7 @@ def ws(open_alpha: Callable[..., Workspace], person_io: HookedIO) -> Workspace:
 
 def decide(action: str, reason: str) -> Callable[[Draft], Any]:
     def edit(draft: Draft) -> dict[str, Any]:
-        doc, added = hot_format.add_decision(draft.edit_hot(), action, reason, None, draft.now)
-        draft.set_hot(doc)
-        return added
+        return draft.add_decision(action, reason, None)
 
     return edit
 
@@ -277,6 +275,89 @@ def test_a_context_json_save_between_planning_and_publishing_survives_with_the_a
     assert [n["text"] for n in read_hot(ws.root)["notes"]] == ["first", "second"]
     assert ws.hot.doc == read_hot(ws.root)
     assert ws.health.replans == 1
+
+
+def person_builds_on_memds_withdrawn_publish(
+    monkeypatch: pytest.MonkeyPatch, target: Path, edit: Callable[[bytes], bytes]
+) -> list[Path]:
+    """What the person torture did (round 1, "in-place write orphaned by a concurrent replace (redone)"): a person
+    opened `target` before memd's exchange and rewrote it in place after, so their bytes went to the file memd's
+    exchange displaced; memd sees it changed and withdraws its publish. Their redo, meanwhile, read memd's new
+    version, still in place, and rewrote it in place with their edit: memd cannot put its displaced file back
+    over that, and plans again on the person's file, which holds memd's batch already."""
+    real_check = fsio_batch._held_open_for_writing
+    seen: list[Path] = []
+
+    def person(path: Path) -> bool:
+        if not seen and path.parent == target.parent and path != target:  # memd checks what it displaced
+            seen.append(path)
+            with path.open("ab") as displaced:  # the orphaned write
+                displaced.write(b"\n")
+            data = edit(target.read_bytes())  # the redo, on memd's version
+            with target.open("r+b") as f:
+                f.truncate(0)
+                f.write(data)
+        return real_check(path)
+
+    monkeypatch.setattr(fsio_batch, "_held_open_for_writing", person)
+    return seen
+
+
+def with_owner(data: bytes) -> bytes:
+    return json.dumps({**json.loads(data), "owner": "kim"}, indent=2).encode()
+
+
+def test_a_decision_a_person_saved_on_top_of_memds_withdrawn_publish_is_not_added_twice(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(ws, decide("first", "r"))
+    hot = context_file(ws.root)
+    seen = person_builds_on_memds_withdrawn_publish(monkeypatch, hot, with_owner)
+
+    results = write(ws, decide("second", "r"))
+
+    assert seen and ws.health.replans == 1  # the race took place
+    on_disk = json.loads(hot.read_bytes())
+    assert on_disk["owner"] == "kim"
+    assert [d["action"] for d in on_disk["decisions"]] == ["first", "second"]
+    assert on_disk["decisions"][1] == results[0]  # the decision acknowledged is the one in the file
+    assert ws.hot.doc == read_hot(ws.root)
+
+
+def test_a_note_a_person_saved_on_top_of_memds_withdrawn_publish_is_not_added_twice(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(ws, note("first"))
+    own = own_file(ws.root)
+    seen = person_builds_on_memds_withdrawn_publish(monkeypatch, own, with_owner)
+
+    results = write(ws, note("second"), lambda d: d.log("noted"))
+
+    assert seen and ws.health.replans == 1
+    on_disk = json.loads(own.read_bytes())
+    assert on_disk["owner"] == "kim"
+    assert [n["text"] for n in on_disk["notes"]] == ["first", "second"]
+    assert on_disk["notes"][1] == results[0]
+    day = next((ws.root / "warm").glob("*.md")).read_text(encoding="utf-8")
+    assert day.count("noted") == 1  # the batch's append is made once, after the re-plan
+
+
+def test_a_learning_a_person_saved_on_top_of_memds_withdrawn_publish_is_not_added_twice(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(ws, lambda d: d.learn("Testing", "memd's first"))
+    memory = ws.root / "cold" / "MEMORY.md"
+    theirs = b"## Testing\n- [2024-03-15] theirs\n"  # a line of their own on top of the section: not an append
+    seen = person_builds_on_memds_withdrawn_publish(
+        monkeypatch, memory, lambda data: data.replace(b"## Testing\n", theirs, 1)
+    )
+
+    write(ws, lambda d: d.learn("Testing", "memd's second"))
+
+    assert seen and ws.health.replans == 1
+    text = memory.read_text(encoding="utf-8")
+    assert text.count("memd's second") == 1, text
+    assert [lr.text for lr in ws.cold.learnings] == ["theirs", "memd's second", "memd's first"]
 
 
 def test_a_learning_appended_with_shell_redirection_meanwhile_is_kept(

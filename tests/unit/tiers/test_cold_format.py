@@ -357,3 +357,49 @@ def test_a_topic_of_only_one_character_words_counts_as_no_topic() -> None:
 
 def test_nothing_matching_gives_nothing() -> None:
     assert relevant(ALL, "kubernetes") == []
+
+
+# --- holds_learning: is a learning's line there, under its category (a re-plan's check) ----------------------------
+
+HELD = (
+    "# Agent Memory\n\n## Parser\n- [2024-03-15] tokens carry offsets\n### details\n- [2024-03-14] nested\n"
+    "\n## Testing\n- [2024-03-15] run pytest with -x\n"
+    "\n## Parser\n- [2024-03-15] appended in a burst\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("category", "day", "text", "held"),
+    [
+        ("Parser", "2024-03-15", "tokens carry offsets", True),
+        ("Testing", "2024-03-15", "run pytest with -x", True),
+        ("Parser", "2024-03-15", "appended in a burst", True),  # a block a burst appended, same heading
+        ("Parser", "2024-03-14", "nested", True),  # under a ### of the section: still the ## above it
+        ("Testing", "2024-03-15", "tokens carry offsets", False),  # the line, under another category
+        ("Parser", "2024-03-14", "tokens carry offsets", False),  # another day
+        ("Parser", "2024-03-15", "tokens carry", False),  # the start of a line is not the line
+        ("Parser", "2024-03-15", "carry offsets", False),  # nor its end
+    ],
+)
+def test_a_learning_is_held_only_as_its_whole_line_under_its_category(
+    category: str, day: str, text: str, held: bool
+) -> None:
+    assert cold_format.holds_learning(HELD, category, day, text) is held
+
+
+def test_a_learning_under_a_heading_on_the_first_line_is_held() -> None:
+    assert cold_format.holds_learning("## Parser\n- [2024-03-15] first\n", "Parser", "2024-03-15", "first")
+    assert not cold_format.holds_learning("- [2024-03-15] orphan\n", "Parser", "2024-03-15", "orphan")
+
+
+@given(documents, categories, values)
+def test_a_learning_just_inserted_is_held_and_one_never_written_is_not(document: str, category: str, text: str) -> None:
+    """What a re-plan relies on (memd.batch.Draft.made): after an insertion, the learning is found where it went;
+    in the document before, only when the document had that line under that heading already."""
+    result = insert_learning(document, category, "2024-04-01", text)
+    assert cold_format.holds_learning(result, category, "2024-04-01", text)
+    parsed = [(lr.category, lr.date, lr.text) for lr in parse_memory(document)]
+    if not cold_format.may_fence(document):
+        assert cold_format.holds_learning(document, category, "2024-04-01", text) == (
+            (category.strip(), "2024-04-01", text) in parsed
+        )
