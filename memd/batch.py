@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -57,22 +58,27 @@ class Draft:
     _proposals_store: ProposalsStore | None = None
     proposals: str | None = None  # cold/PROPOSED.md's text; None: no edit touched it
     # What each request made in an earlier plan of this batch (ids, dates), by its place in the batch: a re-plan
-    # makes the same ones (`_made`). A re-plan plans on a person's save, and a save made on top of the earlier
+    # makes the same ones (`replayed`). A re-plan plans on a person's save, and a save made on top of the earlier
     # plan's publish in the instant it was in place, before memd withdrew it, holds what that plan added already:
-    # recognised by its id (a note, a decision) or its line (a learning), it is not added twice.
+    # recognised by its id (a note, a decision) or its line (a learning), it is not added twice. A learning the
+    # file held before the batch, identical in category, day and text, is taken for it too: the learning is there.
     made: dict[int, list[Any]] = field(default_factory=dict)
     _request: int = 0
     _made_now: int = 0
+    # The copies of each learning (category, day, text) this plan's requests added or found in place: a re-plan
+    # takes a copy in the file for its request's only when there are more than those.
+    _claimed: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     def set_hot(self, doc: HotDoc) -> None:
         self.hot = doc
 
     def begin_request(self, index: int) -> None:
-        """The edits that follow are the batch's request at `index`: what they make (`_made`) is its own."""
+        """The edits that follow are the batch's request at `index`: what they make (`replayed`) is its own."""
         self._request, self._made_now = index, 0
 
-    def _made(self, make: Callable[[], T]) -> tuple[T, bool]:
-        """A value the current request makes, and whether it is the one an earlier plan made, made again."""
+    def replayed(self, make: Callable[[], T]) -> tuple[T, bool]:
+        """A value the current request makes (an id, a date, what it found), and whether it is the one the earlier
+        plan of a re-plan made, given again (`make` is not called then)."""
         values = self.made.setdefault(self._request, [])
         at = self._made_now
         self._made_now += 1
@@ -85,7 +91,7 @@ class Draft:
     def add_decision(self, action: str, reason: str, risk: str | None) -> dict[str, Any]:
         """Record a decision in the hot tier; returns it (the one in place when a re-plan finds it there)."""
         doc = self.edit_hot()
-        id_, again = self._made(lambda: hot_format.new_id("d", self.now))
+        id_, again = self.replayed(lambda: hot_format.new_id("d", self.now))
         if again and (there := hot_format.element_with_id(doc, "decisions", id_)) is not None:
             return there
         self.hot, decision = hot_format.add_decision(doc, action, reason, risk, self.now, id_)
@@ -94,7 +100,7 @@ class Draft:
     def add_note(self, text: str) -> dict[str, Any]:
         """Add a note to the hot tier; returns it (the one in place when a re-plan finds it there)."""
         doc = self.edit_hot()
-        id_, again = self._made(lambda: hot_format.new_id("n", self.now))
+        id_, again = self.replayed(lambda: hot_format.new_id("n", self.now))
         if again and (there := hot_format.element_with_id(doc, "notes", id_)) is not None:
             return there
         self.hot, note = hot_format.add_note(doc, text, self.now, id_)
@@ -133,9 +139,11 @@ class Draft:
         of learnings into a big fence-free file and from then on until a fold, at the end in a block of its own
         (memd.tiers.cold_store.FLOOD_SECONDS). Returns its date."""
         asked = day
-        dated, again = self._made(lambda: asked or self.local.date().isoformat())
-        if again and cold_format.holds_learning(self._edit_cold(), category, dated, text):
-            return dated  # an earlier plan's publish, which a person's save was made on (`made`)
+        dated, again = self.replayed(lambda: asked or self.local.date().isoformat())
+        key = (category, dated, text)
+        claimed, self._claimed[key] = self._claimed[key], self._claimed[key] + 1
+        if again and cold_format.learning_copies(self._edit_cold(), category, dated, text) > claimed:
+            return dated  # in the file from the earlier plan's publish, which a person's save was made on (`made`)
         day = dated
         if self.cold is None and self._append_block(category, day, text):
             return day

@@ -92,12 +92,12 @@ def files_at(repo: GitRepo, rev: str, paths: Sequence[str]) -> dict[str, bytes]:
     return {name: show(repo, commit, name) for name in names if name}
 
 
-def trailer_of_last_change(repo: GitRepo, rev: str, path: str, key: str) -> str | None:
-    """The `key` trailer of the last commit up to `rev` that changed `path` (the commit that made the file as
-    `rev` holds it), or None: no such commit, or no such trailer."""
-    fmt = f"--format=%(trailers:key={key},valueonly,unfold)"
-    value = repo.run("log", "-1", fmt, resolve(repo, rev), "--", path).decode(errors="replace").strip()
-    return value.splitlines()[0] if value else None
+def trailers_of_changes(repo: GitRepo, rev: str, path: str, key: str, limit: int) -> list[str]:
+    """The `key` trailers of the last `limit` commits up to `rev` that changed `path`, newest first (commits
+    without one left out)."""
+    fmt = f"--format=%(trailers:key={key},valueonly,unfold)%x00"
+    out = repo.run("log", f"--max-count={limit}", fmt, resolve(repo, rev), "--", path).decode(errors="replace")
+    return [value.strip().splitlines()[0] for value in out.split("\0") if value.strip()]
 
 
 def diff(repo: GitRepo, rev: str, rev2: str | None, paths: Sequence[str]) -> str:

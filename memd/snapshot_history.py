@@ -19,7 +19,10 @@ from typing import Any
 from memd import git_history
 from memd.errors import InvalidParams, MemdError, Unavailable
 from memd.snapshots import COLD_FILE, COLD_RUN_TRAILER, Snapshotter
+from memd.tiers import cold_store
 from memd.workspace import Workspace
+
+MARKS_LOOKED_AT = 20  # commits that changed cold/MEMORY.md whose run marks a restore tries, newest first
 
 
 async def history(snapshots: Snapshotter, ws: Workspace, path: str | None, limit: int) -> list[dict[str, Any]]:
@@ -51,11 +54,12 @@ async def restore(snapshots: Snapshotter, ws: Workspace, rev: str, paths: Sequen
     files = await loop.run_in_executor(snapshots.io, git_history.files_at, repo, commit, list(paths))
     marks: dict[str, bytes] = {}
     if COLD_FILE in files:  # the blocks a burst had appended when the commit was made are memd's again
-        mark = await loop.run_in_executor(
-            snapshots.io, git_history.trailer_of_last_change, repo, commit, COLD_FILE, COLD_RUN_TRAILER
+        recorded = await loop.run_in_executor(
+            snapshots.io, git_history.trailers_of_changes, repo, commit, COLD_FILE, COLD_RUN_TRAILER, MARKS_LOOKED_AT
         )
-        if mark:
-            marks[COLD_FILE] = mark.encode("ascii", "replace")
+        mark = _run_mark_of(files[COLD_FILE], recorded)
+        if mark is not None:
+            marks[COLD_FILE] = mark
     state = snapshots.states[ws.name]
     async with state.lock:  # before, restore and after form one step: no debounced snapshot between them
         # A person's git holding index.lock is waited on without the writer; then the writer is held across
@@ -84,3 +88,18 @@ async def restore(snapshots: Snapshotter, ws: Workspace, rev: str, paths: Sequen
     if not created and changed:
         raise MemdError(f"restored files but could not commit the result: {state.last_error or 'unknown'}")
     return {"rev": commit, "before": before, "after": after, "changed": changed}
+
+
+def _run_mark_of(data: bytes, recorded: Sequence[str]) -> bytes | None:
+    """The first recorded run mark that names a run `data` ends with (memd.tiers.cold_store.run_named checks
+    length, digest and shape), or None. The commit that made the file holds its mark; a merge or a person's commit
+    holds none, and an older one's may still name the run the file ends with."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    for value in recorded:
+        mark = value.encode("ascii", "replace")
+        if cold_store.run_named(text, mark) is not None:
+            return mark
+    return None

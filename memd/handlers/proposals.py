@@ -9,6 +9,7 @@ not at all. Imports memd.handlers.access, memd.workspace, the tier formats, memd
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from memd.batch import Draft
@@ -24,9 +25,14 @@ CONTEXT_HEADING = "# Proposed Learnings (not yet accepted)\n"
 
 
 def _take(draft: Draft, pid: str) -> tuple[str, Proposal]:
-    """PROPOSED.md's draft text without the proposal `pid`, and that proposal (InvalidParams when there is none)."""
+    """PROPOSED.md's draft text without the proposal `pid`, and that proposal (InvalidParams when there is none).
+    In a re-plan, a proposal the first plan took and the file no longer holds is the one taken: a person's save
+    made on the first plan's publish, in the instant before memd withdrew it, has it gone already."""
     text = draft.edit_proposals()
     proposal = proposals_format.find(proposals_format.parse(text), pid)
+    taken, again = draft.replayed(lambda: proposal)
+    if proposal is None and again and taken is not None:
+        return text, taken
     if proposal is None:
         raise InvalidParams(
             f"no proposal {pid!r} in cold/PROPOSED.md (`memd proposals` lists them; it may have been accepted, "
@@ -44,9 +50,8 @@ async def proposals_list(call: Call, p: Params) -> Any:
     return result
 
 
-async def proposals_accept(call: Call, p: Params) -> Any:
-    ws = call.ws
-    pid = p.text("id")
+def accepting(pid: str) -> Callable[[Draft], tuple[Proposal, bool]]:
+    """The edit that accepts proposal `pid`: (the proposal, whether it replaced the learning it supersedes)."""
 
     def edit(draft: Draft) -> tuple[Proposal, bool]:
         rest, proposal = _take(draft, pid)
@@ -72,6 +77,12 @@ async def proposals_accept(call: Call, p: Params) -> Any:
         draft.proposals = rest
         return proposal, replaced
 
+    return edit
+
+
+async def proposals_accept(call: Call, p: Params) -> Any:
+    ws = call.ws
+    edit = accepting(p.text("id"))
     await ws.fold_appended()  # a burst's run folded in a worker, not in the accept's draft on the loop
     proposal, replaced = await ws.write(edit)
     return result_with_usage(ws, {"accepted": proposal_json(proposal), "replaced": replaced})

@@ -261,25 +261,32 @@ def _insert_by_lines(document: str, heading: str, line: str) -> tuple[str, int, 
     return document[:insert_at] + line + document[insert_at:], insert_at, line
 
 
-def holds_learning(document: str, category: str, day: str, text: str) -> bool:
-    """Is this learning's line in `document` under a `## category` heading (its section, or a block a burst
-    appended)? A search for the line, then for the heading above each place it is (~1 ms a MB)."""
-    line, heading = render_learning(day, text), escape_category(category)
+def learning_copies(document: str, category: str, day: str, text: str) -> int:
+    """How many times this learning is in `document` under a `## category` heading (its section, blocks a burst
+    appended), as `parse_memory` reads it. A search for the line and the heading above each place it is (~1 ms a
+    MB) where the file is plain ("\n" line ends, no fence, a last line ended); else the parse."""
+    heading, line = escape_category(category), render_learning(day, text)
+    if "\r" in document or (document and not document.endswith("\n")) or may_fence(document):
+        wanted = parse_memory(f"## {heading}\n{line}")  # the learning as the parse reads it back
+        return sum(1 for lr in parse_memory(document) if [lr] == wanted)
+    copies = 0
     at = document.find(line)
     while at >= 0:
         if at == 0 or document[at - 1] == "\n":
-            above = document.rfind("\n##", 0, at)
-            while above >= 0:
-                found = _heading_text(document[above + 1 : document.find("\n", above + 1)])
-                if found is not None:
-                    if found == heading:
-                        return True
-                    break
-                above = document.rfind("\n##", 0, above)
-            if above < 0 and _heading_text(document[: document.find("\n")]) == heading:  # the first line
-                return True
+            copies += _heading_above(document, at) == heading
         at = document.find(line, at + 1)
-    return False
+    return copies
+
+
+def _heading_above(document: str, at: int) -> str | None:
+    """The text of the nearest `##` heading above the line that starts at `at`, or None."""
+    above = document.rfind("\n##", 0, at)
+    while above >= 0:
+        found = _heading_text(document[above + 1 : document.find("\n", above + 1)])
+        if found is not None:
+            return found
+        above = document.rfind("\n##", 0, above)
+    return _heading_text(document[: document.find("\n")])  # the first line, or none
 
 
 def append_learning_at(document: str, category: str, day: str, text: str) -> tuple[str, int, str] | None:

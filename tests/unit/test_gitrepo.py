@@ -1225,3 +1225,20 @@ def test_snapshots_write_loose_objects_at_zlibs_fastest_level_whatever_the_users
     blob = retention.blob_id(("a day that grows all day\n" * 1000).encode())
     assert (repo.git_dir / "objects" / blob[:2] / blob[2:]).read_bytes()[:2] == b"\x78\x01"  # zlib, level 1
     assert (repo.git_dir / "objects" / head[:2] / head[2:]).read_bytes()[:2] == b"\x78\x01"
+
+
+def test_the_trailers_of_the_commits_that_changed_a_file_are_read_back_newest_first(repo: GitRepo) -> None:
+    """What a restore of cold/MEMORY.md tries, newest first: the run marks of the commits that made the file."""
+    memory = repo.work_tree / "cold" / "MEMORY.md"
+    write(memory, "# Agent Memory\n")
+    snapshot(repo, **{"Memd-Cold-Run": "10:aa"})
+    write(repo.work_tree / "hot" / "context.json", '{"task": "other"}\n')
+    snapshot(repo, **{"Memd-Cold-Run": "99:hot-only"})  # did not change MEMORY.md: not asked
+    write(memory, "# Agent Memory\n\n## A\n")
+    snapshot(repo)  # a commit without one (a merge, a person's): left out
+    write(memory, "# Agent Memory\n\n## B\n")
+    head = snapshot(repo, **{"Memd-Cold-Run": "12:bb"})
+
+    assert git_history.trailers_of_changes(repo, head, "cold/MEMORY.md", "Memd-Cold-Run", 20) == ["12:bb", "10:aa"]
+    assert git_history.trailers_of_changes(repo, head, "cold/MEMORY.md", "Memd-Cold-Run", 1) == ["12:bb"]
+    assert git_history.trailers_of_changes(repo, f"{head}~1", "cold/MEMORY.md", "Memd-Cold-Run", 20) == ["10:aa"]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hooked_io import HookedIO
 
-from memd import cold_fold, fsio, fsio_append, fsio_batch
+from memd import cold_fold, fsio, fsio_append, fsio_batch, snapshot_history
 from memd.batch import Draft
 from memd.errors import ShuttingDown
 from memd.tiers import cold_format, cold_store
@@ -882,3 +882,18 @@ def test_a_run_is_folded_in_a_worker_on_demand_before_an_edit_that_would_fold_it
 
     assert folds_in_a_draft == []
     assert memory_md(ws).read_text("utf-8") == inserted_one_by_one(BIG, BURST)
+
+
+def test_a_restore_marks_the_file_with_the_newest_recorded_mark_that_names_its_run_and_with_no_other() -> None:
+    base = "# Agent Memory\n\n## A\n- [2024-03-14] a\n"
+    restored = base + "\n## A\n- [2024-03-15] appended\n"
+    mark = cold_store.mark_for(restored, len(base))
+    assert mark is not None
+    stale = cold_store.mark_for(restored + "\n## B\n- [2024-03-15] cut off again\n", len(base))
+    assert stale is not None
+    data = restored.encode()
+
+    assert snapshot_history._run_mark_of(data, [stale.decode(), mark.decode()]) == mark  # an older commit's
+    assert snapshot_history._run_mark_of(data, [stale.decode(), "garbage", "5:"]) is None
+    assert snapshot_history._run_mark_of(data, []) is None
+    assert snapshot_history._run_mark_of(b"\xff" + data, [mark.decode()]) is None  # not UTF-8: no run

@@ -21,6 +21,7 @@ from hot_files import context_file, own_file, read_hot
 from memd import fsio, fsio_batch, sweep
 from memd.batch import Draft
 from memd.errors import CorruptFile, StorageError
+from memd.handlers import proposals as proposals_handlers
 from memd.tiers import hot_format, proposals_format, warm_format
 from memd.workspace import Workspace
 
@@ -289,7 +290,7 @@ def person_builds_on_memds_withdrawn_publish(
     seen: list[Path] = []
 
     def person(path: Path) -> bool:
-        if not seen and path.parent == target.parent and path != target:  # memd checks what it displaced
+        if not seen and path.name.startswith(f".{target.name}"):  # memd checks the file its exchange displaced
             seen.append(path)
             with path.open("ab") as displaced:  # the orphaned write
                 displaced.write(b"\n")
@@ -358,6 +359,60 @@ def test_a_learning_a_person_saved_on_top_of_memds_withdrawn_publish_is_not_adde
     text = memory.read_text(encoding="utf-8")
     assert text.count("memd's second") == 1, text
     assert [lr.text for lr in ws.cold.learnings] == ["theirs", "memd's second", "memd's first"]
+
+
+def test_a_re_plan_of_a_batch_that_learns_one_line_twice_still_writes_it_twice(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two requests of one batch, the same learning: the copy the person's save holds is one of them, not both."""
+    write(ws, lambda d: d.learn("Testing", "memd's first"))
+    memory = ws.root / "cold" / "MEMORY.md"
+    theirs = b"## Testing\n- [2024-03-15] theirs\n"
+    seen = person_builds_on_memds_withdrawn_publish(
+        monkeypatch, memory, lambda data: data.replace(b"## Testing\n", theirs, 1)
+    )
+
+    write(ws, lambda d: d.learn("Testing", "twice"), lambda d: d.learn("Testing", "twice"))
+
+    assert seen and ws.health.replans == 1
+    assert memory.read_text(encoding="utf-8").count("] twice\n") == 2
+
+
+def test_a_re_plan_on_a_save_made_before_memds_publish_writes_a_learning_learned_twice_twice(
+    ws: Workspace, person_io: HookedIO
+) -> None:
+    """The re-plan finds none of its copies in the person's file: both requests add theirs."""
+    write(ws, lambda d: d.learn("Testing", "memd's first"))
+    memory = ws.root / "cold" / "MEMORY.md"
+    saved = memory.read_bytes().replace(b"## Testing\n", b"## Testing\n- [2024-03-15] theirs\n", 1)
+    person_io.edits.append(lambda: rename_over(memory, saved))
+
+    write(ws, lambda d: d.learn("Testing", "twice"), lambda d: d.learn("Testing", "twice"))
+
+    assert ws.health.replans == 1
+    text = memory.read_text(encoding="utf-8")
+    assert text.count("] twice\n") == 2 and "theirs" in text
+
+
+def test_an_accepted_proposal_a_person_saved_on_top_of_memds_withdrawn_publish_is_still_learned(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch publishes MEMORY.md (the learning) and PROPOSED.md (the proposal gone); the person's save on
+    memd's PROPOSED.md stays, MEMORY.md is put back: the re-plan still learns it, from the proposal it took."""
+    write(ws, propose("p-1", "cache the parse tree"), propose("p-2", "keep the lexer pure"))
+    proposed = ws.root / "cold" / "PROPOSED.md"
+    seen = person_builds_on_memds_withdrawn_publish(
+        monkeypatch, proposed, lambda data: data.replace(b"# ", b"# (reviewed) ", 1)
+    )
+
+    results = write(ws, proposals_handlers.accepting("p-1"))
+
+    assert seen and ws.health.replans == 1
+    assert not isinstance(results[0], BaseException), results[0]
+    assert [lr.text for lr in ws.cold.learnings] == ["cache the parse tree"]
+    assert (ws.root / "cold" / "MEMORY.md").read_text(encoding="utf-8").count("cache the parse tree") == 1
+    text = proposed.read_text(encoding="utf-8")
+    assert "(reviewed)" in text and "keep the lexer pure" in text and "cache the parse tree" not in text
 
 
 def test_a_learning_appended_with_shell_redirection_meanwhile_is_kept(

@@ -359,7 +359,7 @@ def test_nothing_matching_gives_nothing() -> None:
     assert relevant(ALL, "kubernetes") == []
 
 
-# --- holds_learning: is a learning's line there, under its category (a re-plan's check) ----------------------------
+# --- learning_copies: how often a learning is there, under its category (a re-plan's check) -----------------------
 
 HELD = (
     "# Agent Memory\n\n## Parser\n- [2024-03-15] tokens carry offsets\n### details\n- [2024-03-14] nested\n"
@@ -384,22 +384,42 @@ HELD = (
 def test_a_learning_is_held_only_as_its_whole_line_under_its_category(
     category: str, day: str, text: str, held: bool
 ) -> None:
-    assert cold_format.holds_learning(HELD, category, day, text) is held
+    assert (cold_format.learning_copies(HELD, category, day, text) == 1) is held
 
 
 def test_a_learning_under_a_heading_on_the_first_line_is_held() -> None:
-    assert cold_format.holds_learning("## Parser\n- [2024-03-15] first\n", "Parser", "2024-03-15", "first")
-    assert not cold_format.holds_learning("- [2024-03-15] orphan\n", "Parser", "2024-03-15", "orphan")
+    assert cold_format.learning_copies("## Parser\n- [2024-03-15] first\n", "Parser", "2024-03-15", "first") == 1
+    assert cold_format.learning_copies("- [2024-03-15] orphan\n", "Parser", "2024-03-15", "orphan") == 0
 
 
-@given(documents, categories, values)
-def test_a_learning_just_inserted_is_held_and_one_never_written_is_not(document: str, category: str, text: str) -> None:
-    """What a re-plan relies on (memd.batch.Draft.made): after an insertion, the learning is found where it went;
-    in the document before, only when the document had that line under that heading already."""
+@given(
+    st.one_of(documents, unfenced, st.text(alphabet="#-[]0123456789 \n\r`~\ufeffabc\\", max_size=200)),
+    categories,
+    values,
+)
+def test_the_copies_of_a_learning_are_those_the_parse_reads_and_an_insertion_adds_one(
+    document: str, category: str, text: str
+) -> None:
+    """What a re-plan relies on (memd.batch.Draft.made), for any file: CRLF, fences, a last line not ended."""
+    wanted = parse_memory(f"## {cold_format.escape_category(category)}\n{render_learning('2024-04-01', text)}")
+    copies = cold_format.learning_copies(document, category, "2024-04-01", text)
+    assert copies == sum(1 for lr in parse_memory(document) if [lr] == wanted)
     result = insert_learning(document, category, "2024-04-01", text)
-    assert cold_format.holds_learning(result, category, "2024-04-01", text)
-    parsed = [(lr.category, lr.date, lr.text) for lr in parse_memory(document)]
-    if not cold_format.may_fence(document):
-        assert cold_format.holds_learning(document, category, "2024-04-01", text) == (
-            (category.strip(), "2024-04-01", text) in parsed
-        )
+    assert cold_format.learning_copies(result, category, "2024-04-01", text) == copies + 1
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "## Parser\r\n- [2024-03-15] crlf\r\n",  # a person's editor saved it with CRLF
+        "## Parser\n- [2024-03-15] crlf",  # no newline after the last line
+        "## Parser\n```\n## Other\n```\n- [2024-03-15] crlf\n",  # a heading in a fence is no heading
+    ],
+)
+def test_a_learning_is_counted_in_files_the_line_search_cannot_read(document: str) -> None:
+    assert cold_format.learning_copies(document, "Parser", "2024-03-15", "crlf") == 1
+
+
+def test_a_learning_line_in_a_fence_is_no_copy() -> None:
+    document = "## Parser\n```\n- [2024-03-15] in code\n```\n"
+    assert cold_format.learning_copies(document, "Parser", "2024-03-15", "in code") == 0
