@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from memd import fsio_batch
 from memd.early_ack import EarlyAck
-from memd.tiers import cold_format, cold_store, hot_format, warm_format
+from memd.tiers import cold_folds, cold_format, hot_format, warm_format
 from memd.tiers.cold_store import ColdStore
 from memd.tiers.hot_format import HotDoc
 from memd.tiers.hot_store import HotStore, HotWrites
@@ -52,7 +52,7 @@ class Draft:
     cold_appends: list[str] = field(default_factory=list)
     _cold_touched: bool = False  # the cold file was checked for this batch (one stat, `_touch_cold`)
     _fence_free_cold: str | None = None  # a draft text of MEMORY.md known to hold no fence (its insertions added none)
-    cold_fold: cold_store.Fold | None = None  # the fold of appended learnings this batch makes (fold_cold)
+    cold_fold: cold_folds.Fold | None = None  # the fold of appended learnings this batch makes (fold_cold)
     cold_run_start: int | None = None  # where in `cold` the blocks a burst appended begin (ColdStore.run_start)
     normalize_hot: bool = False  # move memd's keys to hot/memd.json and the article's to hot/context.json
     _proposals_store: ProposalsStore | None = None
@@ -182,7 +182,7 @@ class Draft:
         self.cold_appends.append(block)
         return True
 
-    def fold_cold(self, fold: cold_store.Fold) -> bool:
+    def fold_cold(self, fold: cold_folds.Fold) -> bool:
         """Fold the learnings a burst appended back under their sections, as `fold` (made off the loop by
         ColdStore.prepare_fold) has them, with whatever was appended since after it. Returns whether it could (not
         when something else changed the file since the fold was made)."""

@@ -5,8 +5,9 @@ it. Token counts grow by the inserted line (incremental) and are recounted whene
 parsed learnings take each insertion in without reading the file again (memd.tiers.cold_learnings). The blocks a
 burst appends are held apart from the text until something needs it whole (`text`): a learning appended to a
 2 MB MEMORY.md copies neither the file nor the run it joins.
+A burst's fold is made as text by memd.tiers.cold_folds; what an edit adds to the count, by memd.tiers.cold_tokens.
 Imports memd.fsio, memd.fsio_append, memd.fsio_batch, memd.tokens, memd.errors, the cold format, the cold
-learnings and memd.tiers.cold_edits (which insertions led from one text to another).
+learnings, memd.tiers.cold_edits (which insertions led from one text to another), cold_folds and cold_tokens.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ import hashlib
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memd import fsio, fsio_append, fsio_batch
 from memd.errors import CorruptFile
-from memd.tiers import COLD_MAX_BYTES, cold_edits, cold_format, read_tier_file
+from memd.tiers import COLD_MAX_BYTES, cold_edits, cold_folds, cold_format, read_tier_file
+from memd.tiers.cold_folds import Fold
 from memd.tiers.cold_format import Learning
 from memd.tiers.cold_learnings import Learnings
+from memd.tiers.cold_tokens import appended_tokens, inserted_tokens, seam_start
 from memd.tokens import TokenCounter
 
 # A learning that comes within FLOOD_SECONDS of the last write of a fence-free MEMORY.md of APPEND_FROM_CHARS or
@@ -38,19 +40,6 @@ APPEND_FROM_CHARS = 64 * 1024
 FLOOD_SECONDS = 2.0
 TIDY_AFTER_SECONDS = 2.0
 APPENDED_MAX = 1000
-
-
-@dataclass(frozen=True)
-class Fold:
-    """MEMORY.md with the learnings a burst appended folded back (cold_format.fold_appended), its tokens counted
-    and its learnings parsed off the loop: `text` is the fold of `base`; `parsed` None when it could not be
-    carried; `run_start` where blocks appended after the fold was made begin in `text` (None: there are none)."""
-
-    base: str
-    text: str
-    tokens: int
-    parsed: Learnings | None
-    run_start: int | None = None
 
 
 class ColdStore:
@@ -212,53 +201,13 @@ class ColdStore:
     def prepare_fold(
         self, text: str, run_start: int, known: Learnings | None = None, tokens: int | None = None
     ) -> Fold | None:
-        """In a worker: `text` with the blocks appended from `run_start` on folded back, counted and parsed (off
-        the loop: a parse, or a count of a big file, must not hold it). None when the run is not blocks as memd
-        appends them (nothing memd would fold: it is not memd's run). `known`: the learnings of `text` the store
-        holds, moved where the fold puts them (Learnings.folded), else parsed anew. `tokens`: the store's count of
-        `text`, carried to the fold by what the run and the fold's insertions add (`_fold_tokens`); None: the
-        folded text is counted whole."""
-        run = text[run_start:]
-        blocks = cold_format.parse_appended(run)
-        if blocks is None:
-            return None
-        base = text[:run_start]
-        folded, steps = cold_format.fold_appended_steps(base, blocks)
-        parsed = known.folded(run_start, steps) if known is not None else None
-        if parsed is None:
-            parsed = Learnings.parse(folded)
-        counted = self._counter.count(folded) if tokens is None else self._fold_tokens(tokens, base, run, steps)
-        return Fold(text, folded, counted, parsed)
-
-    def _fold_tokens(self, tokens: int, base: str, run: str, steps: Sequence[tuple[str, int, str]]) -> int:
-        """The tokens of a fold of `base + run` (counted `tokens`) whose insertions into `base` are `steps`: the
-        run's share taken off as an append counted it (with `base`'s last line: `_appended_tokens`), each
-        insertion's added as a learning's is (`_inserted_tokens`). What the fold adds is counted, not the file: a
-        count of a 3 MB MEMORY.md (80,000 learnings) is ~0.3 s of a worker per fold, a third of a burst's CPU."""
-        line = base[_seam_start(base, len(base)) :]
-        tokens -= self._counter.count(line + run) - self._counter.count(line)
-        for before, at, added in steps:
-            tokens += self._inserted_tokens(before, at, added)
-        return tokens
+        """In a worker: `text` with the blocks appended from `run_start` on folded back, counted and parsed
+        (memd.tiers.cold_folds.prepare: `known`, the learnings the store holds; `tokens`, its count of `text`)."""
+        return cold_folds.prepare(self._counter, text, run_start, known, tokens)
 
     def folded(self, fold: Fold, current: str, run_start: int | None) -> Fold | None:
-        """On the loop: `fold` made good for `current`, the text now, whose run begins at `run_start`. Learnings
-        appended since the fold was prepared follow it, in their blocks (`run_start` of the result says where;
-        the next fold takes them back). None when `current` is not `fold.base` followed by such blocks (a
-        person's edit since, adopted: the next fold starts from it)."""
-        if current is fold.base or current == fold.base:  # (the same text read again is another object)
-            return Fold(current, fold.text, fold.tokens, fold.parsed)
-        if run_start is None or len(current) <= len(fold.base) or not current.startswith(fold.base):
-            return None
-        suffix = current[len(fold.base) :]
-        if not suffix.startswith("\n## ") or cold_format.parse_appended(suffix) is None:
-            return None
-        if not fold.text.endswith("\n"):  # the blocks were appended after a line end the fold does not have
-            suffix = "\n" + suffix
-        text = fold.text + suffix
-        tokens = fold.tokens + self._inserted_tokens(fold.text, len(fold.text), suffix)
-        parsed = fold.parsed.inserted(fold.text, len(fold.text), suffix) if fold.parsed is not None else None
-        return Fold(current, text, tokens, parsed, run_start=len(fold.text))
+        """On the loop: `fold` made good for `current`, the text now (memd.tiers.cold_folds.made_good)."""
+        return cold_folds.made_good(self._counter, fold, current, run_start)
 
     def write_for(
         self, text: str, inserts: Sequence[tuple[str, int, str, str]] = (), run_start: int | None = None
@@ -309,7 +258,7 @@ class ColdStore:
                 parsed = None
         free = bool(steps) and self.fence_free(steps[0][0])
         for before, at, added in steps:
-            tokens += self._inserted_tokens(before, at, added)
+            tokens += inserted_tokens(self._counter, before, at, added)
             if parsed is not None:
                 parsed = parsed.inserted(before, at, added, fence_free=free)
             free = free and not cold_format.may_fence_after(before, at, added)
@@ -386,42 +335,13 @@ class ColdStore:
         return hashed, hashed.hexdigest().encode()
 
     def _appended_tokens(self, added: str) -> int:
-        """`_inserted_tokens` for `added` at the end of the text, found from its last line without joining it."""
+        """Tokens `added` adds at the end of the text, found from its last line without joining it."""
         last = self._tail[-1] if self._tail else self._text
-        start = _seam_start(last, len(last))
+        start = seam_start(last, len(last))
         if start == 0 and self._tail:  # the seam began in an earlier piece (not a block memd appends)
             last = self.text
-            start = _seam_start(last, len(last))
-        before = last[start:]
-        return self._counter.count(before + added) - self._counter.count(before)
-
-    def _inserted_tokens(self, old: str, at: int, added: str) -> int:
-        """Tokens an insertion of `added` at `at` into `old` added, counted with the neighbouring lines so merges at
-        the seams (a blank line next to a new section) come out exactly as a full recount would."""
-        before = old[_seam_start(old, at) : at]
-        after = old[at : _seam_end(old, at)]
-        return self._counter.count(before + added + after) - self._counter.count(before + after)
-
-
-def _seam_start(text: str, at: int) -> int:
-    """Where the count of an edit at `at` of `text` starts: the line before `at`, and back over lines of whitespace
-    only to one with more. The tokenizer takes a run of line ends (and blank lines' spaces) as one token, and
-    punctuation with the line ends after it: a seam next to a blank line reaches past it."""
-    start = text.rfind("\n", 0, max(at - 1, 0)) + 1
-    while start > 0 and not text[start:at].strip():
-        start = text.rfind("\n", 0, start - 1) + 1
-    return start
-
-
-def _seam_end(text: str, at: int) -> int:
-    """Where the count of an edit at `at` of `text` ends: the end of the line at `at`, and on over lines of
-    whitespace only to the end of one with more (see `_seam_start`)."""
-    end = text.find("\n", at)
-    end = len(text) if end < 0 else end + 1
-    while end < len(text) and not text[at:end].strip():
-        after = text.find("\n", end)
-        end = len(text) if after < 0 else after + 1
-    return end
+            start = seam_start(last, len(last))
+        return appended_tokens(self._counter, last[start:], added)
 
 
 def mark_for(text: str, run_start: int | None) -> bytes | None:

@@ -23,7 +23,7 @@ from hooked_io import HookedIO
 from memd import cold_fold, fsio, fsio_append, fsio_batch, snapshot_history
 from memd.batch import Draft
 from memd.errors import ShuttingDown
-from memd.tiers import cold_format, cold_store
+from memd.tiers import cold_folds, cold_format, cold_store
 from memd.tokens import TokenCounter
 from memd.workspace import Workspace
 
@@ -744,7 +744,7 @@ def test_a_close_cancelled_while_it_folds_still_closes_the_writer(
 ) -> None:
     prepare = cold_store.ColdStore.prepare_fold
 
-    def slow_prepare(self: cold_store.ColdStore, text: str, run_start: int) -> cold_store.Fold | None:
+    def slow_prepare(self: cold_store.ColdStore, text: str, run_start: int) -> cold_folds.Fold | None:
         time.sleep(0.3)
         return prepare(self, text, run_start)
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from memory_docs import categories, category_names, documents, unfenced, values
 
 from memd import fsio
-from memd.tiers import cold_format, cold_selection
+from memd.tiers import cold_format, cold_selection, cold_tokens
 from memd.tiers.cold_edits import insertion_point
 from memd.tiers.cold_format import Learning, insert_learning, insert_learning_at, parse_memory
 from memd.tiers.cold_learnings import Learnings, Ranked
@@ -478,8 +478,7 @@ def test_a_fold_next_to_blank_lines_is_counted_as_counting_the_folded_text_gives
 
 
 def test_an_addition_after_blank_lines_is_counted_with_the_line_before_them(counter: TokenCounter) -> None:
-    store = ColdStore(Path("/nonexistent/MEMORY.md"), counter)
     for old, added in [("## A\n \n", "\n## B\n- [2024-01-01] y\n"), ("## A\n\n", " \n"), ("## A\n \n", "\n")]:
         exact = counter.count(old + added) - counter.count(old)
 
-        assert store._inserted_tokens(old, len(old), added) == exact, (old, added)
+        assert cold_tokens.inserted_tokens(counter, old, len(old), added) == exact, (old, added)
