@@ -172,7 +172,7 @@ class Draft:
         self._touch_cold()
         store = self._cold_store
         if self.cold_run_start is None:
-            if self.cold_appends or not (store.fence_free(store.text) and store.flooding(store.text)):
+            if self.cold_appends or not (store.flooding_now() and store.fence_free_now()):
                 return False
             block = cold_format.appended_block(store.ends_with_line_end(), category, day, text)
             self.cold_run_start = store.length

@@ -87,11 +87,19 @@ class ColdFolder:
     async def fold(self) -> None:
         """One fold (see the module docstring); armed again while a run is left (appended meanwhile, dropped)."""
         cold = self._cold
-        text, run_start, known, tokens = cold.text, cold.run_start, cold.parsed_if_any, cold.tokens
-        if cold.error is not None or run_start is None:
+        if cold.error is not None or cold.run_start is None:
             return
         loop = asyncio.get_running_loop()
         try:
+            released = cold.released
+            if released is not None:  # the start the last fold wrote, let go of: read back here, not on the loop
+                head = await loop.run_in_executor(self._io, cold.read_back, released)
+                if not cold.take_back(released, head) and cold.released is not None:
+                    log.info("workspace %s: cold/MEMORY.md changed outside memd; folding waits for it", self.name)
+                    return  # the next batch reads their file (and the next append arms the fold again)
+            text, run_start, known, tokens = cold.text, cold.run_start, cold.parsed_if_any, cold.tokens
+            if cold.error is not None or run_start is None:
+                return
             fold = await loop.run_in_executor(self._io, cold.prepare_fold, text, run_start, known, tokens)
             if fold is None:  # not blocks as memd appends them: nothing of memd's to fold
                 log.warning("workspace %s: cold/MEMORY.md's end is not what memd appended; left as it is", self.name)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from memd import fsio
+from memd import fsio, fsio_batch
 from memd.batch import Batch, Draft, Edit
 from memd.early_ack import EarlyAck
 from memd.errors import MemdError
@@ -67,7 +67,9 @@ class TierPlanner:
         """Apply each request's edit to a draft and turn the draft into file writes. A request whose edit raises
         fails alone (its part of the draft is undone); one already failed or cancelled in an earlier plan of the
         same requests is not run again. A batch the disk would refuse comes back with `refused` set. `made`: what
-        the requests made in the earlier plan of a re-plan (the draft's `made`), made again."""
+        the requests made in the earlier plan of a re-plan (the draft's `made`), made again. Raises
+        fsio_batch.OutsideChange when a file the plan read back changed outside memd (ColdStore.text): nothing is
+        planned, and the requests not failed yet are to be planned again on the file as it is."""
         now = self.clock.now()
         local = now.astimezone(self.tz)
         today = local.date()
@@ -85,6 +87,8 @@ class TierPlanner:
                 accepted.append((future, result))
                 if ack is not None:
                     early.append((ack, result))
+            except fsio_batch.OutsideChange:  # a file read back for the plan changed: the writer plans them again
+                raise
             except Exception as exc:
                 draft.hot, draft.proposals = hot, proposals
                 draft.restore_cold(cold)

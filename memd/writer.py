@@ -195,6 +195,10 @@ class Writer:
             return
         try:
             plan = self._planner.plan(requests, replans, made)
+        except fsio_batch.OutsideChange as exc:  # a file read back for the plan changed: nothing was written
+            if not self._plan_again(requests, replans, made, exc):
+                self._end()
+            return
         except BaseException as exc:  # a bug: fail the batch loudly rather than hang its clients (and the writer)
             log.exception("workspace %s: batch failed unexpectedly", self.name)
             fail_futures((f for _, f, _ in requests), exc if isinstance(exc, Exception) else ShuttingDown(str(exc)))
@@ -336,38 +340,44 @@ class Writer:
         """A person saved a file this batch replaces between planning and publishing; nothing of the batch was
         written. Read their version and plan the same requests again on top of it. False: gave up (the batch
         fails with a StorageError: a file rewritten that often by someone else needs a look)."""
+        return self._plan_again(plan.requests, plan.replans, plan.draft.made, exc)
+
+    def _plan_again(
+        self, requests: list[Request], replans: int, made: dict[int, list[Any]] | None, exc: fsio_batch.OutsideChange
+    ) -> bool:
+        """`_replan` of `requests`, planned `replans` times so far (`made`: what they made; None: not planned)."""
         self.health.replans += 1
-        if plan.replans >= MAX_REPLANS:
+        if replans >= MAX_REPLANS:
             message = (
                 f"{exc.path} changed outside memd (or was held open for writing) during each of {MAX_REPLANS + 1} "
                 f"attempts to publish a batch of workspace {self.name!r}; nothing was written or acknowledged: stop "
                 "the tool rewriting or holding it, then retry"
             )
             log.error("%s", message)
-            fail_futures((f for f, _ in plan.accepted), StorageError(message, data={"path": str(exc.path)}))
+            fail_futures((f for _, f, _ in requests), StorageError(message, data={"path": str(exc.path)}))
             return False
         if exc.busy:  # a writer holds the old file open: give its write a moment to land, then read it
-            delay = min(0.001 * 2**plan.replans, 0.1)
+            delay = min(0.001 * 2**replans, 0.1)
             log.info(
                 "workspace %s: %s is held open for writing; planning again in %.0f ms", self.name, exc.path, delay * 1e3
             )
-            asyncio.get_running_loop().call_later(delay, self._replan_now, plan, exc.path)
+            asyncio.get_running_loop().call_later(delay, self._replan_now, requests, replans, made, exc.path)
         else:
             log.info(
                 "workspace %s: %s was saved outside memd while publishing; planning again on it", self.name, exc.path
             )
-            self._replan_now(plan, exc.path)
+            self._replan_now(requests, replans, made, exc.path)
         return True
 
-    def _replan_now(self, plan: Batch, path: Path) -> None:
+    def _replan_now(self, requests: list[Request], replans: int, made: dict[int, list[Any]] | None, path: Path) -> None:
         try:
             self._planner.reread(path)
         except Exception as exc:  # hot/ replaced by a file, no permission: fail the batch, never hang the writer
             log.exception("workspace %s: re-reading %s for a re-plan failed", self.name, path)
-            fail_futures((f for f, _ in plan.accepted), StorageError(f"could not re-read {path}: {exc}"))
+            fail_futures((f for _, f, _ in requests), StorageError(f"could not re-read {path}: {exc}"))
             self._end()
             return
-        self._plan_and_write(plan.requests, plan.replans + 1, plan.draft.made)
+        self._plan_and_write(requests, replans + 1, made)
 
     def _fail(self, plan: Batch, exc: OSError) -> None:
         reason = exc.strerror or str(exc)

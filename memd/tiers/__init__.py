@@ -68,6 +68,32 @@ def read_tier_file(
         ) from None
 
 
+def read_tier_start(path: Path, size: int) -> bytes | None:
+    """The first `size` bytes of a store's file, read as `read_tier_file` reads (never through a symlink, only a
+    regular file); None when it cannot be read or is shorter. For a store that let go of a start it wrote and reads
+    it back to check against what it kept of it (memd.tiers.cold_store.Released)."""
+    try:
+        if path.parent.is_symlink():
+            return None
+        fd = os.open(path, _O_FLAGS)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks: list[bytes] = []
+            pos = 0
+            while pos < size:
+                chunk = os.pread(fd, min(size - pos, _CHUNK), pos)
+                if not chunk:
+                    return None
+                chunks.append(chunk)
+                pos += len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+
+
 class _TooLarge(Exception):
     def __init__(self, size: int) -> None:
         self.size = size

@@ -7,6 +7,7 @@ format, the cold learnings and memd.tiers.cold_tokens.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,16 +18,35 @@ from memd.tokens import TokenCounter
 
 
 @dataclass(frozen=True)
+class Head:
+    """A fold as it was made, with the size and digest of its UTF-8 bytes and whether it holds no fence marker:
+    once written it is the unchanging start of the file (a burst only appends after it), so the cold store may let
+    go of it and read it back, checked (memd.tiers.cold_store.Released)."""
+
+    text: str
+    size: int
+    digest: bytes
+    fence_free: bool
+
+
+@dataclass(frozen=True)
 class Fold:
     """MEMORY.md with the learnings a burst appended folded back (cold_format.fold_appended), its tokens counted
     and its learnings parsed off the loop: `text` is the fold of `base`; `parsed` None when it could not be
-    carried; `run_start` where blocks appended after the fold was made begin in `text` (None: there are none)."""
+    carried; `run_start` where blocks appended after the fold was made begin in `text` (None: there are none);
+    `head` the fold as made, which `text` starts with (None: not known)."""
 
     base: str
     text: str
     tokens: int
     parsed: Learnings | None
     run_start: int | None = None
+    head: Head | None = None
+
+
+def digest_of(data: bytes) -> bytes:
+    """The digest a `Head` (and a read-back of one) is checked by."""
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def prepare(
@@ -48,7 +68,9 @@ def prepare(
     if parsed is None:
         parsed = Learnings.parse(folded)
     counted = counter.count(folded) if tokens is None else _fold_tokens(counter, tokens, base, run, steps)
-    return Fold(text, folded, counted, parsed)
+    data = folded.encode("utf-8")  # ~1 ms for 1.4 MB, here in the worker rather than when the store lets go of it
+    head = Head(folded, len(data), digest_of(data), not cold_format.may_fence(folded))
+    return Fold(text, folded, counted, parsed, head=head)
 
 
 def _fold_tokens(counter: TokenCounter, tokens: int, base: str, run: str, steps: Sequence[tuple[str, int, str]]) -> int:
@@ -68,7 +90,7 @@ def made_good(counter: TokenCounter, fold: Fold, current: str, run_start: int | 
     next fold takes them back). None when `current` is not `fold.base` followed by such blocks (a person's edit
     since, adopted: the next fold starts from it)."""
     if current is fold.base or current == fold.base:  # (the same text read again is another object)
-        return Fold(current, fold.text, fold.tokens, fold.parsed)
+        return Fold(current, fold.text, fold.tokens, fold.parsed, head=fold.head)
     if run_start is None or len(current) <= len(fold.base) or not current.startswith(fold.base):
         return None
     suffix = current[len(fold.base) :]
@@ -79,4 +101,4 @@ def made_good(counter: TokenCounter, fold: Fold, current: str, run_start: int | 
     text = fold.text + suffix
     tokens = fold.tokens + inserted_tokens(counter, fold.text, len(fold.text), suffix)
     parsed = fold.parsed.inserted(fold.text, len(fold.text), suffix) if fold.parsed is not None else None
-    return Fold(current, text, tokens, parsed, run_start=len(fold.text))
+    return Fold(current, text, tokens, parsed, run_start=len(fold.text), head=fold.head)

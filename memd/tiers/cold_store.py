@@ -4,7 +4,10 @@ Learnings are inserted as text edits so that everything else in the file stays b
 it. Token counts grow by the inserted line (incremental) and are recounted whenever the file is (re)read; the
 parsed learnings take each insertion in without reading the file again (memd.tiers.cold_learnings). The blocks a
 burst appends are held apart from the text until something needs it whole (`text`): a learning appended to a
-2 MB MEMORY.md copies neither the file nor the run it joins.
+2 MB MEMORY.md copies neither the file nor the run it joins. After a fold of a big file the store lets go of the
+text the fold wrote (`Released`): a burst appends after it without reading it, and the next fold (or an edit that
+needs the text) reads it back from the file, checked by its digest; the file changed outside memd meanwhile is an
+outside change (fsio_batch.OutsideChange), read as a person's edit is.
 A burst's fold is made as text by memd.tiers.cold_folds; what an edit adds to the count, by memd.tiers.cold_tokens.
 Imports memd.fsio, memd.fsio_append, memd.fsio_batch, memd.tokens, memd.errors, the cold format, the cold
 learnings, memd.tiers.cold_edits (which insertions led from one text to another), cold_folds and cold_tokens.
@@ -16,13 +19,14 @@ import hashlib
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memd import fsio, fsio_append, fsio_batch
-from memd.errors import CorruptFile
-from memd.tiers import COLD_MAX_BYTES, cold_edits, cold_folds, cold_format, read_tier_file
-from memd.tiers.cold_folds import Fold
+from memd.errors import Busy, CorruptFile
+from memd.tiers import COLD_MAX_BYTES, cold_edits, cold_folds, cold_format, read_tier_file, read_tier_start
+from memd.tiers.cold_folds import Fold, Head
 from memd.tiers.cold_format import Learning
 from memd.tiers.cold_learnings import Learnings
 from memd.tiers.cold_tokens import appended_tokens, inserted_tokens, seam_start
@@ -42,6 +46,23 @@ TIDY_AFTER_SECONDS = 2.0
 APPENDED_MAX = 1000
 
 
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The start of MEMORY.md the store let go of after writing it (a fold's `Head`; a burst only appends after
+    it): its length in characters, the size and digest of its bytes to check a read-back by, its end from
+    `seam_start` on (what an append's count needs of it), whether it ends with a line end, and whether it is known
+    to hold no fence marker. The text a burst's run held in memory goes from ~2 copies of MEMORY.md (the text and
+    the learnings' arena) to one: ~39 bytes a learning, 1.4 MB an hour of the soak's bursts
+    (torture/README.md)."""
+
+    chars: int
+    size: int
+    digest: bytes
+    seam: str
+    ends_with_line_end: bool
+    fence_free: bool
+
+
 class ColdStore:
     def __init__(self, path: Path, counter: TokenCounter, max_bytes: int = COLD_MAX_BYTES) -> None:
         self.path = path
@@ -52,6 +73,7 @@ class ColdStore:
         # the heap holding holes the size of the file (torture/README.md, "What a learning costs in RSS").
         self._text = ""
         self._tail: list[str] = []
+        self.released: Released | None = None  # `_text` let go of: read back when asked for (`text`)
         self._tail_fence_free = True  # every block of `_tail` is known to hold no fence marker
         self.length = 0  # len(text), without joining it
         # A blake2b of text[start:] for the RUN_XATTR mark (`mark_for`), carried across appends: (start, hash).
@@ -73,7 +95,13 @@ class ColdStore:
     @property
     def text(self) -> str:
         """The file's text as memd holds it (what it wrote, or read last): the blocks appended since it was last
-        asked for are joined to it now, once."""
+        asked for are joined to it now, once. A start let go of (`released`) is read back first; the file no
+        longer starting with it raises fsio_batch.OutsideChange (only a batch's plan asks then: its writer reads
+        the file as a person's edit and plans again)."""
+        released = self.released
+        if released is not None and not self.take_back(released, self.read_back(released)):
+            self.fingerprint = None  # whatever reads next reads the file as it is
+            raise fsio_batch.OutsideChange(self.path)
         if self._tail:
             joined = "".join([self._text, *self._tail])
             if self._tail_fence_free and self._fence_free_text is self._text:
@@ -83,7 +111,47 @@ class ColdStore:
             self._tail_fence_free = True
         return self._text
 
+    def read_back(self, released: Released) -> str | None:
+        """In any thread: the start of the file that `released` names, if the file still starts with exactly those
+        bytes (None: changed outside memd, or gone)."""
+        data = read_tier_start(self.path, released.size)
+        if data is None or cold_folds.digest_of(data) != released.digest:
+            return None
+        return data.decode("utf-8")  # the bytes memd wrote from a str
+
+    def take_back(self, released: Released, head: str | None) -> bool:
+        """On the loop: hold `head`, read back for `released`, again. False when it could not be read back, or the
+        store moved on meanwhile (it holds another text now)."""
+        if head is None or self.released is not released:
+            return False
+        self.released = None
+        self._text = head
+        if released.fence_free:
+            self._fence_free_text = head
+        return True
+
+    def _release(self, text: str, head: Head) -> None:
+        """Let go of `head`, the start of `text` that a fold just wrote (`text` is it and the run after it)."""
+        chars = len(head.text)
+        seam = head.text[seam_start(head.text, chars) :]
+        self.released = Released(chars, head.size, head.digest, seam, head.text.endswith("\n"), head.fence_free)
+        self._text = ""
+        self._tail = [text[chars:]] if len(text) > chars else []
+        self._tail_fence_free = not cold_format.may_fence(head.text[-2:] + text[chars:])  # (and across the seam)
+        self._fence_free_text = None
+        self._raw, self._raw_is_text = None, True
+
+    def _text_from(self, start: int) -> str | None:
+        """`text[start:]` without reading a released start back; None when `start` lies in it."""
+        released = self.released
+        if released is None:
+            return self.text[start:]
+        if start < released.chars:
+            return None
+        return "".join(self._tail)[start - released.chars :]
+
     def _set_text(self, text: str) -> None:
+        self.released = None
         self._text = text
         self._tail.clear()
         self._tail_fence_free = True
@@ -92,12 +160,15 @@ class ColdStore:
 
     def holds(self, text: str) -> bool:
         """Is `text` the very text the store holds (not a copy, not one with blocks appended after it)?"""
-        return not self._tail and text is self._text
+        return self.released is None and not self._tail and text is self._text
 
     def ends_with_line_end(self) -> bool:
         """Does the text end with "\n" (an empty one does not)? Without joining it."""
-        last = self._tail[-1] if self._tail else self._text
-        return last.endswith("\n")
+        if self._tail:
+            return self._tail[-1].endswith("\n")
+        if self.released is not None:
+            return self.released.ends_with_line_end
+        return self._text.endswith("\n")
 
     def reconfigure(self, max_bytes: int) -> None:
         """A reloaded [limits] cold_max_bytes: files read from now on are held to it."""
@@ -133,10 +204,9 @@ class ColdStore:
         person's own sections, however alike, are never taken for a run."""
         found: list[int] = []
         held = self.run_start
-        if held is not None and len(self.text) > held:
-            run = self.text[held:]
-            if text.endswith(run) and len(text) > len(run):
-                found.append(len(text) - len(run))
+        run = self._text_from(held) if held is not None and self.length > held else None
+        if run and text.endswith(run) and len(text) > len(run):
+            found.append(len(text) - len(run))
         marked = run_named(text, fsio_append.run_mark(self.path))
         if marked is not None:  # a restored file's run may hold more than the one held (memd.snapshot_history)
             found.append(marked)
@@ -163,11 +233,25 @@ class ColdStore:
         """The learnings of `text`, with the lookups reads make (memd.tiers.cold_learnings)."""
         parsed = self._parsed
         if parsed is None:
-            text = self.text
+            try:
+                text = self.text
+            except fsio_batch.OutsideChange:  # (let go of only while parsed: `_release`, `commit_appends`)
+                raise Busy(f"{self.path} changed outside memd as memd read it; retry: memd reads it again") from None
             parsed = Learnings.parse(text)
             if self.text is text:  # an adoption in a worker thread may have swapped the text meanwhile
                 self._parsed = parsed
         return parsed
+
+    def fence_free_now(self) -> bool:
+        """`fence_free(self.text)`, without reading a released start back when it is known to hold no fence."""
+        released = self.released
+        if released is not None and released.fence_free and self._tail_fence_free:
+            return True
+        return self.fence_free(self.text)
+
+    def flooding_now(self) -> bool:
+        """`flooding(self.text)`, from its length."""
+        return self.length >= APPEND_FROM_CHARS and time.monotonic() - self.last_write < FLOOD_SECONDS
 
     def fence_free(self, text: str) -> bool:
         """`not cold_format.may_fence(text)`, looked at once for the store's text and carried across memd's own
@@ -244,11 +328,16 @@ class ColdStore:
         one at a time when they lead from the text memd held (or from `fold`'s, a fold the batch made first) to
         `text`; otherwise the edit is compared whole (one insertion found, or a recount and a parse on the next
         read). `run_start`: where the blocks a burst appended begin in `text` (Draft.cold_run_start)."""
-        start, tokens, parsed = self.text, self.tokens, self._parsed
+        tokens, parsed = self.tokens, self._parsed
         if fold is not None:
             start, tokens, parsed = fold.text, fold.tokens, fold.parsed
             if parsed is not None and self._parsed is not None:
                 parsed.take_lookups(self._parsed)
+        elif self.released is not None:  # (a plan that edits the text reads it back first: never so)
+            start, parsed = "", None
+            tokens = self._counter.count(text)
+        else:
+            start = self.text
         steps = cold_edits.chain(start, text, inserts)
         if steps is None:
             at, added = cold_edits.insertion_point(start, text)
@@ -275,6 +364,18 @@ class ColdStore:
         self._parsed = parsed
         self.error = None
         self.last_write = time.monotonic()
+        head = fold.head if fold is not None else None
+        if head is not None and parsed is not None and not write.append and self._releasable(text, head.text):
+            self._release(text, head)
+
+    def _releasable(self, text: str, head: str) -> bool:
+        """May the store let go of `head` once `text` is written? When the file is big, starts with `head` and
+        holds nothing after it but the run a burst appends (what a fold of a burst leaves)."""
+        if len(head) < APPEND_FROM_CHARS:
+            return False
+        if len(text) != len(head) and self.run_start != len(head):
+            return False
+        return text is head or text.startswith(head)
 
     def append_write(self, blocks: Sequence[str], run_start: int) -> fsio_batch.FileWrite:
         """The write that appends `blocks` (a batch's, Draft.cold_appends: what `append_learning_at` adds) to the
@@ -318,6 +419,9 @@ class ColdStore:
         self.fingerprint = fp
         self.error = None
         self.last_write = time.monotonic()
+        released = self.released
+        if self._parsed is None and released is not None and not self.take_back(released, self.read_back(released)):
+            self.fingerprint = None  # (never for memd's blocks) a read parses the text: it is read anew first
 
     def _run_hash_after(self, added: str, run_start: int) -> tuple[Any, bytes]:
         """The hash of the run from `run_start` once `added` is appended, and its digest (`mark_for`'s): the run
@@ -328,7 +432,10 @@ class ColdStore:
         else:
             held = self._run_hash
             if held is None or held[0] != run_start:
-                held = (run_start, hashlib.blake2b(self.text[run_start:].encode("utf-8"), digest_size=16))
+                run = self._text_from(run_start)
+                if run is None:
+                    run = self.text[run_start:]
+                held = (run_start, hashlib.blake2b(run.encode("utf-8"), digest_size=16))
                 self._run_hash = held
             hashed = held[1].copy()
             hashed.update(added.encode("utf-8"))
@@ -336,10 +443,11 @@ class ColdStore:
 
     def _appended_tokens(self, added: str) -> int:
         """Tokens `added` adds at the end of the text, found from its last line without joining it."""
-        last = self._tail[-1] if self._tail else self._text
+        released = self.released
+        last = self._tail[-1] if self._tail else released.seam if released is not None else self._text
         start = seam_start(last, len(last))
         if start == 0 and self._tail:  # the seam began in an earlier piece (not a block memd appends)
-            last = self.text
+            last = released.seam + "".join(self._tail) if released is not None else self.text
             start = seam_start(last, len(last))
         return appended_tokens(self._counter, last[start:], added)
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -897,3 +899,134 @@ def test_a_restore_marks_the_file_with_the_newest_recorded_mark_that_names_its_r
     assert snapshot_history._run_mark_of(data, [stale.decode(), "garbage", "5:"]) is None
     assert snapshot_history._run_mark_of(data, []) is None
     assert snapshot_history._run_mark_of(b"\xff" + data, [mark.decode()]) is None  # not UTF-8: no run
+
+
+# --- the text a fold wrote, let go of and read back (memd.tiers.cold_store.Released) -------------------------------
+
+SECOND_BURST = [("Topic 5", "s1"), ("Topic 3", "s2"), ("Another topic", "s3")]
+
+
+def test_the_text_a_fold_of_a_big_file_wrote_is_not_held_in_memory_once_written(
+    open_alpha: Callable[..., Workspace], person_io: HookedIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Held, it was a second copy of MEMORY.md beside the learnings' arena: ~39 bytes a learning that the hour soak's
+    # bursts add 72,000 of an hour (its RSS slope, torture/README.md).
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
+    big = "# Agent Memory\n" + "".join(
+        f"\n## Topic {c}\n" + f"- [2024-01-01] learning {c} of many\n" * 600 for c in range(50)
+    )
+    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
+    memory.write_text(big, encoding="utf-8")
+    ws = open_alpha(person_io)
+    assert len(big) > 1_000_000
+
+    async def burst_and_fold() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        await settled(ws)
+
+    tracemalloc.start()
+    try:
+        asyncio.run(burst_and_fold())
+        held = tracemalloc.get_traced_memory()[0]  # what the burst and its fold left allocated
+    finally:
+        tracemalloc.stop()
+    assert ws.cold.run_start is None and ws.cold.released is not None
+    assert held < len(big) // 4, held  # the folded text (1.1 MB, made under tracing) is not among it
+    assert ws.cold.text == memory.read_text("utf-8") == inserted_one_by_one(big, BURST)
+
+
+def test_a_burst_after_a_fold_appends_without_reading_the_text_back_and_the_next_fold_reads_it_once_in_a_worker(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
+    reads: list[threading.Thread] = []
+    read_tier_start = cold_store.read_tier_start
+
+    def recorded(path: Path, size: int) -> bytes | None:
+        reads.append(threading.current_thread())
+        return read_tier_start(path, size)
+
+    monkeypatch.setattr(cold_store, "read_tier_start", recorded)
+
+    async def two_bursts() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        await settled(ws)
+        released = ws.cold.released
+        assert released is not None and released.chars == len(inserted_one_by_one(BIG, BURST))
+        for category, text in SECOND_BURST:
+            await ws.write(learn(category, text))
+            on_disk = memory_md(ws).read_text("utf-8")
+            assert ws.cold.released is released and ws.cold.run_start is not None  # appended after it
+            assert ws.cold.length == len(on_disk) and ws.cold.tokens == ws.counter.count(on_disk)
+            assert ws.cold.learnings == cold_format.parse_memory(on_disk)
+            assert fsio_append.run_mark(memory_md(ws)) == cold_store.mark_for(on_disk, ws.cold.run_start)
+        assert reads == []
+        await settled(ws)
+
+    asyncio.run(two_bursts())
+
+    assert len(reads) == 1 and reads[0] is not threading.main_thread()  # the fold's, in a worker
+    text = memory_md(ws).read_text("utf-8")
+    assert text == inserted_one_by_one(BIG, BURST + SECOND_BURST)
+    assert ws.cold.released is not None and ws.cold.released.chars == len(text)  # let go of again
+    assert ws.cold.learnings == cold_format.parse_memory(text) and ws.cold.tokens == ws.counter.count(text)
+    assert ws.cold.text == text and len(reads) == 2
+
+
+def test_a_save_a_plan_finds_when_it_reads_the_text_back_gets_the_batch_planned_again_on_it(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save landed between the batch's check of the file and the read-back (the check's fingerprint is made to
+    match here): the text memd let go of is not there to plan on, so the batch is planned on theirs."""
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
+
+    async def burst_then_save_then_learn() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        await settled(ws)
+        assert ws.cold.released is not None
+        theirs = memory_md(ws).read_text("utf-8").replace("learning 0 about topic 0", "LEARNING 0 ABOUT TOPIC 0")
+        memory_md(ws).write_text(theirs, "utf-8")  # the same size: only the bytes tell
+        ws.cold.fingerprint = fsio.fingerprint(memory_md(ws))
+        ws.cold.last_write = -math.inf  # no burst: the learning goes under its section, which needs the text
+        await ws.write(learn("Topic 5", "after their save"))
+
+    asyncio.run(burst_then_save_then_learn())
+
+    theirs = inserted_one_by_one(BIG, BURST).replace("learning 0 about topic 0", "LEARNING 0 ABOUT TOPIC 0")
+    text = memory_md(ws).read_text("utf-8")
+    assert text == inserted_one_by_one(theirs, [("Topic 5", "after their save")])
+    assert ws.health.replans == 1
+    assert ws.cold.text == text and ws.cold.learnings == cold_format.parse_memory(text)
+    assert ws.cold.tokens == ws.counter.count(text)
+
+
+def test_a_fold_that_finds_the_text_it_let_go_of_changed_writes_nothing_and_the_next_batch_plans_on_the_save(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)  # the test starts each fold itself
+
+    async def bursts_save_fold_learn() -> str:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        await ws.folder.fold()
+        assert ws.cold.released is not None
+        for category, text in SECOND_BURST:
+            await ws.write(learn(category, text))
+        theirs = memory_md(ws).read_text("utf-8").replace("learning 0 about topic 0", "edited by a person")
+        memory_md(ws).write_text(theirs, "utf-8")
+        await ws.folder.fold()  # reads back a start that is no longer there
+        assert memory_md(ws).read_text("utf-8") == theirs
+        await ws.write(learn("Topic 5", "after their save"))  # reads their file, then appends to its run
+        await ws.folder.fold()
+        return theirs
+
+    theirs = asyncio.run(bursts_save_fold_learn())
+
+    text = memory_md(ws).read_text("utf-8")
+    start = theirs.rindex(f"\n## Topic 5\n- [{DAY}] s1\n")  # where the second burst's run begins in their file
+    assert text == inserted_one_by_one(theirs[:start], [*SECOND_BURST, ("Topic 5", "after their save")])
+    assert ws.cold.learnings == cold_format.parse_memory(text) and ws.cold.tokens == ws.counter.count(text)
+    assert ws.cold.text == text

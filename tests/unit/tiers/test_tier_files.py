@@ -145,3 +145,15 @@ def test_anything_but_a_regular_file_is_refused(tmp_path: Path, kind: str) -> No
 
 def test_the_default_caps_are_the_documented_ones() -> None:
     assert (tiers.HOT_MAX_BYTES, tiers.COLD_MAX_BYTES, tiers.WARM_DAY_MAX_BYTES) == (4 * MIB, 16 * MIB, 64 * MIB)
+
+
+def test_the_start_of_a_file_is_read_back_only_whole_and_only_from_a_regular_file(tmp_path: Path) -> None:
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"# Agent Memory\n## A\n")
+    link = tmp_path / "link.md"
+    link.symlink_to(path)
+
+    assert tiers.read_tier_start(path, 15) == b"# Agent Memory\n"
+    assert tiers.read_tier_start(path, 100) is None  # shorter than what was written: not that start
+    assert tiers.read_tier_start(link, 15) is None
+    assert tiers.read_tier_start(tmp_path / "absent.md", 1) is None
