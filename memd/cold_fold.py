@@ -94,7 +94,8 @@ class ColdFolder:
             released = cold.released
             if released is not None:  # the start the last fold wrote, let go of: read back here, not on the loop
                 head = await loop.run_in_executor(self._io, cold.read_back, released)
-                if not cold.take_back(released, head) and cold.released is not None:
+                taken, head = cold.take_back(released, head), None  # (the store holds it now, or no one does)
+                if not taken and cold.released is not None:
                     log.info("workspace %s: cold/MEMORY.md changed outside memd; folding waits for it", self.name)
                     return  # the next batch reads their file (and the next append arms the fold again)
             text, run_start, known, tokens = cold.text, cold.run_start, cold.parsed_if_any, cold.tokens
