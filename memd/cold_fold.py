@@ -97,7 +97,9 @@ class ColdFolder:
                 taken, head = cold.take_back(released, head), None  # (the store holds it now, or no one does)
                 if not taken and cold.released is not None:
                     log.info("workspace %s: cold/MEMORY.md changed outside memd; folding waits for it", self.name)
-                    return  # the next batch reads their file (and the next append arms the fold again)
+                    if cold.released is released:
+                        cold.found_changed()  # the next batch reads their file (and its append arms the fold again)
+                    return
             text, run_start, known, tokens = cold.text, cold.run_start, cold.parsed_if_any, cold.tokens
             if cold.error is not None or run_start is None:
                 return

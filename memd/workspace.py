@@ -301,7 +301,7 @@ class Workspace:
         """Did any tier file change outside memd? Stat only, nothing read: cheap enough for the loop."""
         return (
             self.hot.looks_changed()
-            or fsio.fingerprint(self.cold.path) != self.cold.fingerprint
+            or self.cold.looks_changed()
             or self.proposals.looks_changed()
             or self.warm.looks_changed()
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,6 +75,10 @@ class ColdStore:
         self._text = ""
         self._tail: list[str] = []
         self.released: Released | None = None  # `_text` let go of: read back when asked for (`text`)
+        # A text read back in a worker is taken back on the loop, while an adoption may load the file in a worker
+        # (Workspace.adopt): the two swaps of `_text` must not interleave.
+        self._swap = threading.Lock()
+        self._changed = False  # the file was found changed where its fingerprint did not tell (`found_changed`)
         self._tail_fence_free = True  # every block of `_tail` is known to hold no fence marker
         self.length = 0  # len(text), without joining it
         # A blake2b of text[start:] for the RUN_XATTR mark (`mark_for`), carried across appends: (start, hash).
@@ -101,6 +106,7 @@ class ColdStore:
         released = self.released
         if released is not None and not self.take_back(released, self.read_back(released)):
             self.fingerprint = None  # whatever reads next reads the file as it is
+            self._changed = True
             raise fsio_batch.OutsideChange(self.path)
         if self._tail:
             joined = "".join([self._text, *self._tail])
@@ -122,13 +128,20 @@ class ColdStore:
     def take_back(self, released: Released, head: str | None) -> bool:
         """On the loop: hold `head`, read back for `released`, again. False when it could not be read back, or the
         store moved on meanwhile (it holds another text now)."""
-        if head is None or self.released is not released:
-            return False
-        self.released = None
-        self._text = head
-        if released.fence_free:
-            self._fence_free_text = head
-        return True
+        with self._swap:
+            if head is None or self.released is not released:
+                return False
+            self.released = None
+            self._text = head
+            if released.fence_free:
+                self._fence_free_text = head
+            return True
+
+    def found_changed(self) -> None:
+        """A read-back found the file no longer starting with what memd wrote, while its fingerprint says nothing
+        changed (a save of the same size within the clock's tick): the next `refresh` reads it, whatever memd's
+        own appends meanwhile make of the fingerprint."""
+        self._changed = True
 
     def _release(self, text: str, head: Head) -> None:
         """Let go of `head`, the start of `text` that a fold just wrote (`text` is it and the run after it)."""
@@ -151,8 +164,9 @@ class ColdStore:
         return "".join(self._tail)[start - released.chars :]
 
     def _set_text(self, text: str) -> None:
-        self.released = None
-        self._text = text
+        with self._swap:
+            self.released = None
+            self._text = text
         self._tail.clear()
         self._tail_fence_free = True
         self.length = len(text)
@@ -175,6 +189,7 @@ class ColdStore:
         self.max_bytes = max_bytes
 
     def load(self) -> None:
+        self._changed = False
         self.fingerprint = fsio.fingerprint(self.path)
         try:
             data = read_tier_file(self.path, self.max_bytes)
@@ -218,8 +233,12 @@ class ColdStore:
         mark = fsio_append.run_mark(self.path)
         return None if mark is None else mark.decode("ascii", "replace")
 
+    def looks_changed(self) -> bool:
+        """Did the file change outside memd? Stat only (or found so by a read-back: `found_changed`)."""
+        return self._changed or fsio.fingerprint(self.path) != self.fingerprint
+
     def refresh(self) -> bool:
-        if fsio.fingerprint(self.path) == self.fingerprint:
+        if not self.looks_changed():
             return False
         self.load()
         return True
@@ -333,8 +352,8 @@ class ColdStore:
             start, tokens, parsed = fold.text, fold.tokens, fold.parsed
             if parsed is not None and self._parsed is not None:
                 parsed.take_lookups(self._parsed)
-        elif self.released is not None:  # (a plan that edits the text reads it back first: never so)
-            start, parsed = "", None
+        elif self.released is not None:  # (a plan that edits the text reads it back first: never so) taken whole
+            start, parsed = text, None
             tokens = self._counter.count(text)
         else:
             start = self.text
@@ -421,7 +440,7 @@ class ColdStore:
         self.last_write = time.monotonic()
         released = self.released
         if self._parsed is None and released is not None and not self.take_back(released, self.read_back(released)):
-            self.fingerprint = None  # (never for memd's blocks) a read parses the text: it is read anew first
+            self._changed = True  # (never for memd's blocks) a read parses the text: it is read anew first
 
     def _run_hash_after(self, added: str, run_start: int) -> tuple[Any, bytes]:
         """The hash of the run from `run_start` once `added` is appended, and its digest (`mark_for`'s): the run

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import threading
@@ -1004,7 +1005,7 @@ def test_a_save_a_plan_finds_when_it_reads_the_text_back_gets_the_batch_planned_
 
 
 def test_a_fold_that_finds_the_text_it_let_go_of_changed_writes_nothing_and_the_next_batch_plans_on_the_save(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)  # the test starts each fold itself
 
@@ -1030,3 +1031,63 @@ def test_a_fold_that_finds_the_text_it_let_go_of_changed_writes_nothing_and_the_
     assert text == inserted_one_by_one(theirs[:start], [*SECOND_BURST, ("Topic 5", "after their save")])
     assert ws.cold.learnings == cold_format.parse_memory(text) and ws.cold.tokens == ws.counter.count(text)
     assert ws.cold.text == text
+    assert ws.health.replans == 0  # their file was read before anything was planned on it
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_save_a_fold_finds_where_the_fingerprint_told_nothing_is_read_by_the_next_batch_and_folded(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save of the same size within the clock's tick: only the read-back's digest tells; the batch after the
+    fold reads their file (before: it went on appending to memd's view, and every fold after gave up again)."""
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)  # the test starts each fold itself
+
+    async def bursts_hidden_save_fold_learn() -> str:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        await ws.folder.fold()
+        for category, text in SECOND_BURST:
+            await ws.write(learn(category, text))
+        theirs = memory_md(ws).read_text("utf-8").replace("learning 0 about topic 0", "LEARNING 0 ABOUT TOPIC 0")
+        memory_md(ws).write_text(theirs, "utf-8")
+        ws.cold.fingerprint = fsio.fingerprint(memory_md(ws))
+        await ws.folder.fold()
+        assert memory_md(ws).read_text("utf-8") == theirs
+        await ws.write(learn("Topic 5", "after their save"))
+        await ws.folder.fold()
+        return theirs
+
+    theirs = asyncio.run(bursts_hidden_save_fold_learn())
+
+    text = memory_md(ws).read_text("utf-8")
+    start = theirs.rindex(f"\n## Topic 5\n- [{DAY}] s1\n")
+    assert text == inserted_one_by_one(theirs[:start], [*SECOND_BURST, ("Topic 5", "after their save")])
+    assert ws.cold.learnings == cold_format.parse_memory(text) and ws.cold.tokens == ws.counter.count(text)
+    assert ws.cold.run_start is None
+
+
+def test_a_commit_of_a_whole_text_while_the_start_is_let_go_of_takes_the_text_as_it_is(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No plan does this (one that edits the text reads it back first); the store still counts what it is given."""
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)
+
+    async def burst_and_fold() -> None:
+        for category, text in BURST:
+            await ws.write(learn(category, text))
+        await ws.folder.fold()
+
+    asyncio.run(burst_and_fold())
+    assert ws.cold.released is not None
+    text = inserted_one_by_one(memory_md(ws).read_text("utf-8"), [("Topic 9", "given whole")])
+    data = text.encode("utf-8")
+    memory_md(ws).write_bytes(data)
+    write = fsio_batch.FileWrite(memory_md(ws), data, append=False, guarded=False)
+    fp = fsio.fingerprint(memory_md(ws))
+    assert fp is not None
+
+    ws.cold.commit(text, write, fp)
+
+    assert ws.cold.released is None and ws.cold.text == text and ws.cold.length == len(text)
+    assert ws.cold.tokens == ws.counter.count(text)
+    assert ws.cold.learnings == cold_format.parse_memory(text)
