@@ -56,6 +56,17 @@ def memory_md(ws: Workspace) -> Path:
     return ws.root / "cold" / "MEMORY.md"
 
 
+def open_with_a_megabyte_of_memory(open_alpha: Callable[..., Workspace], person_io: HookedIO) -> tuple[Workspace, Path]:
+    """The workspace opened on a MEMORY.md of 1.1 MB (50 sections of 600 learnings), and the file."""
+    big = "# Agent Memory\n" + "".join(
+        f"\n## Topic {c}\n" + f"- [2024-01-01] learning {c} of many\n" * 600 for c in range(50)
+    )
+    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
+    memory.write_text(big, encoding="utf-8")
+    assert len(big) > 1_000_000
+    return open_alpha(person_io), memory
+
+
 def learn(category: str, text: str) -> Callable[[Draft], Any]:
     return lambda draft: draft.learn(category, text)
 
@@ -166,13 +177,8 @@ def test_a_learning_appended_in_a_burst_costs_its_own_size_in_memory_not_memory_
 ) -> None:
     # A str cannot grow in place: making the text anew at each learning copied a 1 MB MEMORY.md per learning, and
     # the heap kept holes the size of the file (the hour soak's RSS slope, torture/README.md).
-    big = "# Agent Memory\n" + "".join(
-        f"\n## Topic {c}\n" + f"- [2024-01-01] learning {c} of many\n" * 600 for c in range(50)
-    )
-    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
-    memory.write_text(big, encoding="utf-8")
-    ws = open_alpha(person_io)
-    assert len(big) > 1_000_000
+    ws, memory = open_with_a_megabyte_of_memory(open_alpha, person_io)
+    big = memory.read_text("utf-8")
 
     async def burst() -> list[int]:
         peaks = []
@@ -913,13 +919,8 @@ def test_the_text_a_fold_of_a_big_file_wrote_is_not_held_in_memory_once_written(
     # Held, it was a second copy of MEMORY.md beside the learnings' arena: ~39 bytes a learning that the hour soak's
     # bursts add 72,000 of an hour (its RSS slope, torture/README.md).
     monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 0.05)
-    big = "# Agent Memory\n" + "".join(
-        f"\n## Topic {c}\n" + f"- [2024-01-01] learning {c} of many\n" * 600 for c in range(50)
-    )
-    memory = open_alpha(ThreadPoolExecutor(1)).root / "cold" / "MEMORY.md"
-    memory.write_text(big, encoding="utf-8")
-    ws = open_alpha(person_io)
-    assert len(big) > 1_000_000
+    ws, memory = open_with_a_megabyte_of_memory(open_alpha, person_io)
+    big = memory.read_text("utf-8")
 
     async def burst_and_fold() -> None:
         for category, text in BURST:
@@ -1004,33 +1005,46 @@ def test_a_save_a_plan_finds_when_it_reads_the_text_back_gets_the_batch_planned_
     assert ws.cold.tokens == ws.counter.count(text)
 
 
-def test_a_fold_that_finds_the_text_it_let_go_of_changed_writes_nothing_and_the_next_batch_plans_on_the_save(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)  # the test starts each fold itself
+async def learn_all(ws: Workspace, learnings: list[tuple[str, str]]) -> None:
+    for category, text in learnings:
+        await ws.write(learn(category, text))
 
-    async def bursts_save_fold_learn() -> str:
-        for category, text in BURST:
-            await ws.write(learn(category, text))
-        await ws.folder.fold()
-        assert ws.cold.released is not None
-        for category, text in SECOND_BURST:
-            await ws.write(learn(category, text))
-        theirs = memory_md(ws).read_text("utf-8").replace("learning 0 about topic 0", "edited by a person")
-        memory_md(ws).write_text(theirs, "utf-8")
-        await ws.folder.fold()  # reads back a start that is no longer there
-        assert memory_md(ws).read_text("utf-8") == theirs
-        await ws.write(learn("Topic 5", "after their save"))  # reads their file, then appends to its run
-        await ws.folder.fold()
-        return theirs
 
-    theirs = asyncio.run(bursts_save_fold_learn())
+async def save_between_folds(ws: Workspace, replacing: tuple[str, str], fingerprint_hidden: bool) -> str:
+    """A burst folded (its text let go of), a second burst appended after it, a person's save of the file with
+    `replacing` made, a fold that reads the start back, one more learning, a fold. Returns what they saved."""
+    await learn_all(ws, BURST)
+    await ws.folder.fold()
+    assert ws.cold.released is not None
+    await learn_all(ws, SECOND_BURST)
+    theirs = memory_md(ws).read_text("utf-8").replace(*replacing)
+    memory_md(ws).write_text(theirs, "utf-8")
+    if fingerprint_hidden:  # a save of the same size within the clock's tick: its fingerprint tells nothing
+        ws.cold.fingerprint = fsio.fingerprint(memory_md(ws))
+    await ws.folder.fold()  # reads back a start that is no longer there
+    assert memory_md(ws).read_text("utf-8") == theirs
+    await ws.write(learn("Topic 5", "after their save"))  # reads their file, then appends to its run
+    await ws.folder.fold()
+    return theirs
 
+
+def assert_folded_on_their_save(ws: Workspace, theirs: str) -> None:
     text = memory_md(ws).read_text("utf-8")
     start = theirs.rindex(f"\n## Topic 5\n- [{DAY}] s1\n")  # where the second burst's run begins in their file
     assert text == inserted_one_by_one(theirs[:start], [*SECOND_BURST, ("Topic 5", "after their save")])
     assert ws.cold.learnings == cold_format.parse_memory(text) and ws.cold.tokens == ws.counter.count(text)
-    assert ws.cold.text == text
+    assert ws.cold.run_start is None and ws.cold.text == text
+
+
+def test_a_fold_that_finds_the_text_it_let_go_of_changed_writes_nothing_and_the_next_batch_plans_on_the_save(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)  # the test starts each fold itself
+    edit = ("learning 0 about topic 0", "edited by a person")
+
+    theirs = asyncio.run(save_between_folds(ws, edit, fingerprint_hidden=False))
+
+    assert_folded_on_their_save(ws, theirs)
     assert ws.health.replans == 0  # their file was read before anything was planned on it
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
@@ -1038,32 +1052,14 @@ def test_a_fold_that_finds_the_text_it_let_go_of_changed_writes_nothing_and_the_
 def test_a_save_a_fold_finds_where_the_fingerprint_told_nothing_is_read_by_the_next_batch_and_folded(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A save of the same size within the clock's tick: only the read-back's digest tells; the batch after the
-    fold reads their file (before: it went on appending to memd's view, and every fold after gave up again)."""
-    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)  # the test starts each fold itself
+    """Only the read-back's digest tells: the batch after the fold reads their file (before: it went on appending
+    to memd's view, and every fold after gave up again)."""
+    monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)
+    edit = ("learning 0 about topic 0", "LEARNING 0 ABOUT TOPIC 0")  # the same size
 
-    async def bursts_hidden_save_fold_learn() -> str:
-        for category, text in BURST:
-            await ws.write(learn(category, text))
-        await ws.folder.fold()
-        for category, text in SECOND_BURST:
-            await ws.write(learn(category, text))
-        theirs = memory_md(ws).read_text("utf-8").replace("learning 0 about topic 0", "LEARNING 0 ABOUT TOPIC 0")
-        memory_md(ws).write_text(theirs, "utf-8")
-        ws.cold.fingerprint = fsio.fingerprint(memory_md(ws))
-        await ws.folder.fold()
-        assert memory_md(ws).read_text("utf-8") == theirs
-        await ws.write(learn("Topic 5", "after their save"))
-        await ws.folder.fold()
-        return theirs
+    theirs = asyncio.run(save_between_folds(ws, edit, fingerprint_hidden=True))
 
-    theirs = asyncio.run(bursts_hidden_save_fold_learn())
-
-    text = memory_md(ws).read_text("utf-8")
-    start = theirs.rindex(f"\n## Topic 5\n- [{DAY}] s1\n")
-    assert text == inserted_one_by_one(theirs[:start], [*SECOND_BURST, ("Topic 5", "after their save")])
-    assert ws.cold.learnings == cold_format.parse_memory(text) and ws.cold.tokens == ws.counter.count(text)
-    assert ws.cold.run_start is None
+    assert_folded_on_their_save(ws, theirs)
 
 
 def test_a_commit_of_a_whole_text_while_the_start_is_let_go_of_takes_the_text_as_it_is(
@@ -1073,8 +1069,7 @@ def test_a_commit_of_a_whole_text_while_the_start_is_let_go_of_takes_the_text_as
     monkeypatch.setattr(cold_fold, "TIDY_AFTER_SECONDS", 3600.0)
 
     async def burst_and_fold() -> None:
-        for category, text in BURST:
-            await ws.write(learn(category, text))
+        await learn_all(ws, BURST)
         await ws.folder.fold()
 
     asyncio.run(burst_and_fold())
